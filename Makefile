@@ -1,0 +1,35 @@
+# cdc-outbox — see README.md.
+GO        ?= go
+BIN       ?= bin/cdc-outbox
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: build test test-unit lint fuzz clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
+
+# Every test, against a real PostgreSQL and a real Kafka (started here unless
+# CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point elsewhere).
+test:
+	scripts/with-servers.sh $(GO) test -race -count=1 -timeout 60m ./...
+
+# The tests that need no server, in seconds.
+test-unit:
+	$(GO) test -short -count=1 ./...
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./internal/decoder
+
+# Stops and removes the local servers' data; the downloaded Kafka jars stay.
+clean:
+	-scripts/postgres.sh destroy
+	-scripts/kafka.sh destroy
+	rm -rf bin

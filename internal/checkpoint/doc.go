@@ -1,0 +1,14 @@
+// Package checkpoint decides which WAL position may be confirmed to
+// PostgreSQL.
+//
+// It tracks transactions from Begin to Commit and the broker acknowledgements
+// of their records, which may arrive in any order, and releases the newest
+// prefix of transactions that are complete: committed, and every record acked.
+// The confirmed LSN is the commit end LSN of the last transaction in that
+// prefix. It never moves backwards, and a keepalive's WAL end may become the
+// confirmed position only when nothing is open or in flight.
+//
+// It is the only state that both the replication side and the sink side touch,
+// so it is lock-protected and does no I/O; it must never confirm a position
+// past a record that the broker has not acknowledged.
+package checkpoint

@@ -1,0 +1,8 @@
+// Package sink publishes records to Kafka with franz-go and reports each
+// broker acknowledgement to the checkpoint.
+//
+// It owns the producer: idempotent, acks=all, asynchronous Produce with
+// promises, retries while the broker is away. It must never drop a record,
+// never report an ack the broker did not give, and never block the
+// replication connection's status updates.
+package sink

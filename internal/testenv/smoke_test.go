@@ -1,0 +1,74 @@
+package testenv_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// TestPostgresReplicationSmoke proves the ground every streaming test stands
+// on: the test server accepts a replication connection, answers
+// IDENTIFY_SYSTEM, and creates and drops a pgoutput slot.
+func TestPostgresReplicationSmoke(t *testing.T) {
+	t.Parallel()
+	url := testenv.Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	conn, err := pgconn.Connect(ctx, url+"&replication=database")
+	if err != nil {
+		t.Fatalf("replication connection: %v", err)
+	}
+	defer conn.Close(ctx)
+
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		t.Fatalf("IDENTIFY_SYSTEM: %v", err)
+	}
+	if sys.XLogPos == 0 || sys.DBName == "" {
+		t.Fatalf("IDENTIFY_SYSTEM answered %+v", sys)
+	}
+
+	slot := testenv.Name("smoke")
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{})
+	if err != nil {
+		t.Fatalf("create slot: %v", err)
+	}
+	if res.SlotName != slot {
+		t.Fatalf("created slot %q, want %q", res.SlotName, slot)
+	}
+	if err := pglogrepl.DropReplicationSlot(ctx, conn, slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
+		t.Fatalf("drop slot: %v", err)
+	}
+}
+
+// TestKafkaRoundTripSmoke proves the broker is a real one that stores a
+// record and serves it back.
+func TestKafkaRoundTripSmoke(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Topic(t, "smoke", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	producer := testenv.KafkaClient(t)
+	want := &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(`{"hello":"kafka"}`)}
+	if err := producer.ProduceSync(ctx, want).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+
+	consumer := testenv.KafkaClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	fetches := consumer.PollRecords(ctx, 1)
+	if err := fetches.Err(); err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	got := fetches.Records()
+	if len(got) != 1 || string(got[0].Key) != "k" || string(got[0].Value) != `{"hello":"kafka"}` {
+		t.Fatalf("consumed %v, want the produced record", got)
+	}
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs a command with a real PostgreSQL and a real Apache Kafka available:
+#
+#   scripts/with-servers.sh go test ./...
+#
+# A server whose address is already set (CDC_OUTBOX_TEST_POSTGRES_URL,
+# CDC_OUTBOX_TEST_KAFKA_BROKERS) is used as it is. Otherwise the local one is
+# started (scripts/postgres.sh, scripts/kafka.sh), its address exported, and it
+# is stopped again when the command ends, whether it passed or not. For the
+# local servers CDC_OUTBOX_TEST_POSTGRES_CTL / CDC_OUTBOX_TEST_KAFKA_CTL name
+# the control scripts, so fault tests can stop, kill and restart them.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+started=()
+cleanup() {
+	local s
+	for s in "${started[@]}"; do "$repo/scripts/$s.sh" stop || true; done
+}
+trap cleanup EXIT
+
+"$repo/scripts/deps.sh"
+
+if [ -z "${CDC_OUTBOX_TEST_KAFKA_BROKERS:-}" ]; then
+	started+=(kafka)
+	"$repo/scripts/kafka.sh" start &
+	kafka=$!
+fi
+if [ -z "${CDC_OUTBOX_TEST_POSTGRES_URL:-}" ]; then
+	started+=(postgres)
+	"$repo/scripts/postgres.sh" start
+	export CDC_OUTBOX_TEST_POSTGRES_URL="$("$repo/scripts/postgres.sh" url)"
+	export CDC_OUTBOX_TEST_POSTGRES_CTL="$repo/scripts/postgres.sh"
+fi
+if [ -n "${kafka:-}" ]; then
+	wait "$kafka"
+	export CDC_OUTBOX_TEST_KAFKA_BROKERS="$("$repo/scripts/kafka.sh" brokers)"
+	export CDC_OUTBOX_TEST_KAFKA_CTL="$repo/scripts/kafka.sh"
+fi
+
+"$@"
