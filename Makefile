@@ -13,8 +13,9 @@ build:
 
 # Every test, against a real PostgreSQL and a real Kafka (started here unless
 # CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point elsewhere).
+# -p 1: fault tests stop the shared servers, so packages take turns.
 test:
-	scripts/with-servers.sh $(GO) test -race -count=1 -timeout 60m ./...
+	scripts/with-servers.sh $(GO) test -race -count=1 -p 1 -timeout 60m ./...
 
 # The tests that need no server, in seconds.
 test-unit:

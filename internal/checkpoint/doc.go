@@ -11,4 +11,21 @@
 // It is the only state that both the replication side and the sink side touch,
 // so it is lock-protected and does no I/O; it must never confirm a position
 // past a record that the broker has not acknowledged.
+//
+// Use, from the goroutine that reads the replication stream, in stream order:
+//
+//	tr := checkpoint.New(slotConfirmedLSN)
+//	tx := tr.Begin(begin.CommitTime)          // BeginMessage
+//	tr.Add(tx, 1)                             // before producing the record
+//	produce(rec, func(err error) {            // broker callback, any goroutine
+//		if err == nil {                   // a failed record is never acked
+//			tr.Ack(tx)
+//		}
+//	})
+//	tr.Commit(tx, commit.TransactionEndLSN)   // CommitMessage
+//	tr.Idle(keepalive.ServerWALEnd)           // PrimaryKeepaliveMessage
+//	tr.Discard(tx)                            // connection lost with tx open
+//
+// and a status loop sends tr.Confirmed() as the flushed and applied position,
+// waking on tr.Wait() (call Wait before Confirmed so no advance is missed).
 package checkpoint

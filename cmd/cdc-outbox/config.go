@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
+)
+
+// runConfig is everything `cdc-outbox run` is told.
+type runConfig struct {
+	PostgresURL       string
+	Table             string
+	Publication       string
+	Slot              string
+	CreatePublication bool
+	CreateSlot        bool
+
+	KafkaBrokers          string
+	KafkaLinger           time.Duration
+	KafkaCompression      string
+	KafkaAutoCreateTopics bool
+	MaxRecordBytes        int
+
+	Mapping         mapping.Config
+	OnBadEvent      string
+	DeadLetterTopic string
+
+	MaxInflightEvents int
+	MaxInflightBytes  int
+	StatusInterval    time.Duration
+	KeepaliveInterval time.Duration
+	ShutdownTimeout   time.Duration
+
+	LogFormat string
+	LogLevel  string
+}
+
+func runFlags(c *runConfig) *flags {
+	f := newFlags("cdc-outbox run", "Stream inserts of a PostgreSQL outbox table to Kafka through logical replication.\n"+
+		"A WAL position is confirmed to PostgreSQL only after Kafka acknowledged every event up to it.")
+	m := mapping.DefaultConfig()
+
+	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
+	f.String(&c.Table, "table", "public.outbox", "outbox `table`, schema-qualified")
+	f.String(&c.Publication, "publication", "cdc_outbox", "publication to stream (`name`)")
+	f.String(&c.Slot, "slot", "cdc_outbox", "logical replication slot (`name`); it keeps the position across restarts")
+	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert')) when it is missing")
+	f.Bool(&c.CreateSlot, "create-slot", true, "create the replication slot (pgoutput) when it is missing")
+
+	f.String(&c.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated")
+	f.Duration(&c.KafkaLinger, "kafka-linger", 5*time.Millisecond, "how long a batch waits for more records")
+	f.String(&c.KafkaCompression, "kafka-compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
+	f.Bool(&c.KafkaAutoCreateTopics, "kafka-auto-create-topics", true, "let the broker create missing topics (where its auto.create.topics.enable allows)")
+	f.Int(&c.MaxRecordBytes, "max-record-bytes", 1048576, "largest record to send, in `bytes`; keep it at or below the broker's message.max.bytes. Larger rows are bad events")
+
+	f.String(&c.Mapping.Topic, "topic", m.Topic, "topic `template`; {column} is replaced by that column's value")
+	f.String(&c.Mapping.IDColumn, "column-id", m.IDColumn, "event id `column` (header id)")
+	f.String(&c.Mapping.AggregateTypeColumn, "column-aggregate-type", m.AggregateTypeColumn, "aggregate type `column` (header aggregate_type)")
+	f.String(&c.Mapping.AggregateIDColumn, "column-aggregate-id", m.AggregateIDColumn, "aggregate id `column` (the record key)")
+	f.String(&c.Mapping.EventTypeColumn, "column-event-type", m.EventTypeColumn, "event type `column` (header event_type)")
+	f.String(&c.Mapping.PayloadColumn, "column-payload", m.PayloadColumn, "payload `column` (the record value): jsonb, json, text or bytea")
+	f.String(&c.Mapping.HeadersColumn, "column-headers", m.HeadersColumn, "optional json `column` whose keys become extra headers")
+	f.String(&c.Mapping.CreatedAtColumn, "column-created-at", m.CreatedAtColumn, "optional timestamp `column` (the record timestamp)")
+	c.Mapping.MaxHeaderBytes = m.MaxHeaderBytes
+
+	f.String(&c.OnBadEvent, "on-bad-event", pipeline.Fail, "what to do with a row that cannot be published: fail (stop, confirm nothing past it) or dead-letter")
+	f.String(&c.DeadLetterTopic, "dead-letter-topic", "outbox.dead-letter", "`topic` for bad rows under --on-bad-event=dead-letter")
+
+	f.Int(&c.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading pauses")
+	f.Int(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "`bytes` sent but not yet acknowledged before reading pauses")
+	f.Duration(&c.StatusInterval, "status-interval", 200*time.Millisecond, "least time between position updates to PostgreSQL; smaller means fewer repeats after a crash")
+	f.Duration(&c.KeepaliveInterval, "keepalive-interval", 10*time.Second, "most time between status updates; keep it well below the server's wal_sender_timeout")
+	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for in-flight events")
+
+	f.String(&c.LogFormat, "log-format", "text", "log format: text or json")
+	f.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return f
+}
+
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// validate checks every limit in one place, at start, with messages that
+// say what to change.
+func (c *runConfig) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	_, err := pgconn.ParseConfig(c.PostgresURL)
+	check(err == nil, "--postgres-url: %v", redact(err))
+	check(strings.TrimSpace(c.KafkaBrokers) != "", "--kafka-brokers is empty: give host:port[,host:port...]")
+	check(c.Table != "" && strings.Count(c.Table, ".") <= 1, "--table %q: give schema.table", c.Table)
+	check(c.Publication != "", "--publication is empty")
+	check(slotName.MatchString(c.Slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", c.Slot)
+	check(c.OnBadEvent == pipeline.Fail || c.OnBadEvent == pipeline.DeadLetter, "--on-bad-event %q: use fail or dead-letter", c.OnBadEvent)
+	check(c.OnBadEvent != pipeline.DeadLetter || c.DeadLetterTopic != "", "--on-bad-event=dead-letter needs --dead-letter-topic")
+	check(c.MaxInflightEvents > 0, "--max-inflight-events must be positive")
+	check(c.MaxInflightBytes > 0, "--max-inflight-bytes must be positive")
+	check(c.MaxRecordBytes >= 1024, "--max-record-bytes must be at least 1024")
+	check(c.StatusInterval > 0, "--status-interval must be positive")
+	check(c.KeepaliveInterval >= c.StatusInterval, "--keepalive-interval must be at least --status-interval")
+	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
+	check(c.KafkaLinger >= 0, "--kafka-linger must not be negative")
+	check(c.LogFormat == "text" || c.LogFormat == "json", "--log-format %q: use text or json", c.LogFormat)
+	_, err = parseLevel(c.LogLevel)
+	check(err == nil, "--log-level: %v", err)
+	if _, err := mapping.New(c.Mapping); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *runConfig) brokers() []string {
+	var out []string
+	for _, b := range strings.Split(c.KafkaBrokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// redact removes a password from an error that may quote a connection
+// string.
+func redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	s := keywordPassword.ReplaceAllString(err.Error(), "${1}xxxxx")
+	return errors.New(urlPassword.ReplaceAllString(s, "${1}xxxxx@"))
+}
+
+var (
+	keywordPassword = regexp.MustCompile(`(password\s*=\s*)('[^']*'|\S+)`)
+	urlPassword     = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
+)

@@ -1,0 +1,366 @@
+// Package e2e runs the real cdc-outbox binary against the real PostgreSQL
+// and Kafka of the test environment and checks what arrives in Kafka.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+var binary string
+
+// TestMain builds the binary once; every test runs it as a subprocess, the
+// way users run it.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cdc-outbox-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "cdc-outbox")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/cdc-outbox")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build cdc-outbox:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one test's isolated world: its own database with the default
+// outbox table, slot, and topic prefix.
+type env struct {
+	t       *testing.T
+	url     string
+	slot    string
+	prefix  string
+	brokers []string
+	pool    *pgxpool.Pool
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{
+		t:       t,
+		url:     testenv.Database(t),
+		slot:    testenv.Name("slot"),
+		prefix:  testenv.Name("e2e"),
+		brokers: testenv.KafkaBrokers(t),
+	}
+	sql, err := os.ReadFile("../sql/publication.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, e.url, string(sql))
+	e.pool, err = pgxpool.New(testenv.Context(t), e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.pool.Close)
+	return e
+}
+
+// topic is the topic of an aggregate type under this test's template.
+func (e *env) topic(aggregateType string) string { return e.prefix + "." + aggregateType }
+
+// args are the streamer flags for this environment, then extra.
+func (e *env) args(extra ...string) []string {
+	return append([]string{"run",
+		"--postgres-url", e.url,
+		"--kafka-brokers", e.brokers[0],
+		"--slot", e.slot,
+		"--topic", e.prefix + ".{aggregate_type}",
+		"--status-interval", "100ms",
+		"--log-format", "json",
+	}, extra...)
+}
+
+// streamer is a running cdc-outbox process.
+type streamer struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+func (e *env) start(extra ...string) *streamer {
+	e.t.Helper()
+	log, err := os.CreateTemp(e.t.TempDir(), "streamer-*.log")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(binary, e.args(extra...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	s := &streamer{t: e.t, cmd: cmd, log: log.Name(), done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait(); log.Close() }()
+	e.t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+		if e.t.Failed() {
+			s.dump()
+		}
+	})
+	return s
+}
+
+// waitStreaming waits until the streamer holds its slot: events committed
+// before a slot exists are not in its stream, so workloads start after.
+func (e *env) waitStreaming() {
+	e.t.Helper()
+	eventually(e.t, 60*time.Second, "the streamer to hold its slot", func() bool {
+		var active bool
+		err := e.pool.QueryRow(testenv.Context(e.t), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&active)
+		return err == nil && active
+	})
+}
+
+func (s *streamer) dump() {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > 20000 {
+		b = b[len(b)-20000:]
+	}
+	s.t.Logf("streamer log (%s):\n%s", s.log, b)
+}
+
+// kill SIGKILLs the process: no drain, no final status update.
+func (s *streamer) kill() {
+	s.t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (s *streamer) stop() {
+	s.t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		if err != nil {
+			s.dump()
+			s.t.Fatalf("streamer exited with %v after SIGTERM", err)
+		}
+	case <-time.After(60 * time.Second):
+		s.t.Fatal("streamer did not stop within 60s of SIGTERM")
+	}
+}
+
+// exited waits for the process to end on its own and returns its error.
+func (s *streamer) exited(timeout time.Duration) error {
+	s.t.Helper()
+	select {
+	case err := <-s.done:
+		return err
+	case <-time.After(timeout):
+		s.dump()
+		s.t.Fatalf("streamer still running after %s", timeout)
+		return nil
+	}
+}
+
+func (s *streamer) logText() string {
+	b, _ := os.ReadFile(s.log)
+	return string(b)
+}
+
+// written is one event the workload committed.
+type written struct {
+	id        string
+	aggregate string
+	seq       int
+}
+
+// workload writes outbox events from concurrent writers, each owning its
+// aggregates, numbering each aggregate's events 1, 2, 3... so the verifier
+// can check order.
+type workload struct {
+	e  *env
+	mu sync.Mutex
+	// events are the committed events, in no particular order.
+	events []written
+	seq    map[string]int
+}
+
+func newWorkload(e *env) *workload { return &workload{e: e, seq: map[string]int{}} }
+
+// write commits n events of aggregate type typ from writer w, in
+// transactions of txSize rows; deleteAfter also deletes each transaction's
+// rows before committing (the insert-then-delete pattern).
+func (wl *workload) write(ctx context.Context, w, n, txSize int, typ string, deleteAfter bool) error {
+	rng := rand.New(rand.NewPCG(uint64(w), 7))
+	for done := 0; done < n; {
+		tx, err := wl.e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		var batch []written
+		for i := 0; i < txSize && done < n; i, done = i+1, done+1 {
+			agg := fmt.Sprintf("w%d-a%d", w, rng.IntN(10))
+			wl.mu.Lock()
+			wl.seq[agg]++
+			seq := wl.seq[agg]
+			wl.mu.Unlock()
+			payload := fmt.Sprintf(`{"aggregate": %q, "seq": %d, "note": "caf\u00e9 \ud83d\udcb3"}`, agg, seq)
+			var id int64
+			err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
+				VALUES ($1, $2, 'PaymentCreated', $3, $4) RETURNING id`,
+				typ, agg, payload, fmt.Sprintf(`{"traceparent": "00-%032x-%016x-01", "writer": %d}`, w, seq, w)).Scan(&id)
+			if err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			batch = append(batch, written{id: strconv.FormatInt(id, 10), aggregate: agg, seq: seq})
+		}
+		if deleteAfter {
+			if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE aggregate_type = $1`, typ); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		wl.mu.Lock()
+		wl.events = append(wl.events, batch...)
+		wl.mu.Unlock()
+	}
+	return nil
+}
+
+// delivered is one record read back from Kafka.
+type delivered struct {
+	rec *kgo.Record
+	id  string
+	seq int
+}
+
+// verdict is what the verifier found.
+type verdict struct {
+	expected, missing, duplicates, orderViolations int
+	missingIDs                                     []string
+}
+
+func (v verdict) String() string {
+	return fmt.Sprintf("expected=%d missing=%d duplicates=%d order_violations=%d", v.expected, v.missing, v.duplicates, v.orderViolations)
+}
+
+// verify consumes the topics of the given aggregate types until every
+// written event has arrived or timeout, and checks per-aggregate order of
+// first deliveries. It returns everything delivered, by event id.
+func (wl *workload) verify(types []string, timeout time.Duration) (verdict, map[string][]delivered) {
+	t := wl.e.t
+	t.Helper()
+	wl.mu.Lock()
+	want := map[string]written{}
+	for _, ev := range wl.events {
+		want[ev.id] = ev
+	}
+	wl.mu.Unlock()
+
+	var topics []string
+	for _, typ := range types {
+		topics = append(topics, wl.e.topic(typ))
+	}
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.AllowAutoTopicCreation(), kgo.MetadataMinAge(250*time.Millisecond))
+	got := map[string][]delivered{}
+	lastSeq := map[string]int{}
+	v := verdict{expected: len(want)}
+	seen := 0
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for seen < len(want) && ctx.Err() == nil {
+		fetches := cl.PollFetches(ctx)
+		fetches.EachRecord(func(r *kgo.Record) {
+			id := header(r, "id")
+			var body struct{ Seq int }
+			_ = json.Unmarshal(r.Value, &body)
+			if len(got[id]) == 0 {
+				if _, ok := want[id]; ok {
+					seen++
+				}
+				agg := string(r.Key)
+				if body.Seq <= lastSeq[agg] {
+					v.orderViolations++
+				}
+				lastSeq[agg] = body.Seq
+			} else {
+				v.duplicates++
+			}
+			got[id] = append(got[id], delivered{rec: r, id: id, seq: body.Seq})
+		})
+	}
+	for id := range want {
+		if len(got[id]) == 0 {
+			v.missing++
+			if len(v.missingIDs) < 20 {
+				v.missingIDs = append(v.missingIDs, id)
+			}
+		}
+	}
+	return v, got
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// slotLSNs returns the slot's confirmed_flush_lsn and the server's current
+// WAL position, as byte positions.
+func (e *env) slotLSNs() (confirmed, current int64) {
+	e.t.Helper()
+	err := e.pool.QueryRow(testenv.Context(e.t), `SELECT coalesce(confirmed_flush_lsn - '0/0', 0)::bigint, (pg_current_wal_lsn() - '0/0')::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&confirmed, &current)
+	if err != nil {
+		e.t.Fatalf("read slot %s: %v", e.slot, err)
+	}
+	return confirmed, current
+}
+
+// currentLSN is the server's WAL position now, as a byte position.
+func (e *env) currentLSN() int64 {
+	e.t.Helper()
+	var lsn int64
+	if err := e.pool.QueryRow(testenv.Context(e.t), `SELECT (pg_current_wal_lsn() - '0/0')::bigint`).Scan(&lsn); err != nil {
+		e.t.Fatal(err)
+	}
+	return lsn
+}
+
+// eventually polls cond every 100ms until it holds or timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+

@@ -1,0 +1,266 @@
+// Package pipeline joins the data path: pgoutput messages from the
+// replication stream are decoded, mapped to Kafka records, produced, and
+// their acknowledgements reported to the checkpoint.
+//
+// It owns the per-event decisions: which transaction a record belongs to,
+// what happens to a bad event (stop, or dead-letter by explicit policy), and
+// how much may be in flight before reading pauses. It must never drop an
+// event silently, never let the checkpoint pass an event that went nowhere,
+// and never wait on Kafka (the replication loop calls it and must stay free
+// to send status updates).
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
+	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+)
+
+// Bad-event policies.
+const (
+	Fail       = "fail"
+	DeadLetter = "dead-letter"
+)
+
+// Config is the pipeline's share of the streamer's configuration.
+type Config struct {
+	Schema, Table     string
+	Mapping           mapping.Config
+	OnBadEvent        string // Fail or DeadLetter
+	DeadLetterTopic   string
+	MaxInflightEvents int
+	MaxInflightBytes  int64
+	// MaxRecordBytes is the largest record the broker accepts
+	// (message.max.bytes); larger rows are bad events before they are sent.
+	MaxRecordBytes int
+}
+
+// Producer is the sink as the pipeline sees it.
+type Producer interface {
+	Produce(r *kgo.Record)
+}
+
+// Pipeline implements replication.Handler.
+type Pipeline struct {
+	cfg    Config
+	dec    *decoder.Decoder
+	mapper *mapping.Mapper
+	ckpt   *checkpoint.Tracker
+	sink   Producer
+	log    *slog.Logger
+
+	cols []mapping.Column // reused for every insert
+	tx   *checkpoint.Tx   // the open transaction, nil between Commit and Begin
+	// commitTime of the open transaction, unix nanoseconds.
+	commitTime int64
+
+	inflight      atomic.Int64
+	inflightBytes atomic.Int64
+	room          chan struct{}
+	failed        chan error
+
+	// Observe, when set, is told of each acknowledged record (metrics).
+	Observe func(r *kgo.Record, commitTime int64)
+}
+
+// New builds a pipeline. The sink is attached with SetSink, because the
+// sink's acknowledgement callback is the pipeline's Ack.
+func New(cfg Config, ckpt *checkpoint.Tracker, log *slog.Logger) (*Pipeline, error) {
+	m, err := mapping.New(cfg.Mapping)
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.OnBadEvent {
+	case Fail:
+	case DeadLetter:
+		if cfg.DeadLetterTopic == "" {
+			return nil, errors.New("the dead-letter policy needs a dead-letter topic")
+		}
+	default:
+		return nil, fmt.Errorf("unknown bad-event policy %q: use %s or %s", cfg.OnBadEvent, Fail, DeadLetter)
+	}
+	wanted := m.Columns()
+	return &Pipeline{
+		cfg:    cfg,
+		dec:    decoder.New(cfg.Schema, cfg.Table, wanted),
+		mapper: m,
+		ckpt:   ckpt,
+		log:    log.With("component", "pipeline"),
+		cols:   make([]mapping.Column, len(wanted)),
+		room:   make(chan struct{}, 1),
+		failed: make(chan error, 1),
+	}, nil
+}
+
+// SetSink attaches the producer; call it before streaming starts.
+func (p *Pipeline) SetSink(s Producer) { p.sink = s }
+
+// Skipped counts the changes that were not published, by reason.
+func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
+
+// pending is one record on its way to the broker. The record's Context
+// points back at it, so the acknowledgement finds its transaction without a
+// map lookup or a closure, and record and bookkeeping are one allocation.
+type pending struct {
+	context.Context // Background: franz-go only reads Done, which is nil
+	rec             kgo.Record
+	tx              *checkpoint.Tx
+	lsn             pglogrepl.LSN
+	size            int64
+	commitTime      int64 // unix nanoseconds, for latency
+}
+
+func (p *Pipeline) newPending(lsn pglogrepl.LSN) *pending {
+	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn}
+}
+
+// WAL handles one pgoutput message that starts at lsn.
+func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
+	ev, err := p.dec.Decode(data)
+	if err != nil {
+		return fmt.Errorf("decode the pgoutput message at LSN %s: %w", lsn, err)
+	}
+	switch ev.Kind {
+	case decoder.KindBegin:
+		p.tx = p.ckpt.Begin(ev.CommitTime)
+		p.commitTime = ev.CommitTime.UnixNano()
+	case decoder.KindInsert:
+		if p.tx == nil {
+			return fmt.Errorf("insert at LSN %s outside a transaction: the stream is out of order", lsn)
+		}
+		return p.insert(lsn, ev)
+	case decoder.KindCommit:
+		if p.tx == nil {
+			return fmt.Errorf("commit at LSN %s without a begin: the stream is out of order", lsn)
+		}
+		p.ckpt.Commit(p.tx, ev.EndLSN)
+		p.tx = nil
+	}
+	return nil
+}
+
+func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
+	rel := ev.Relation
+	for i, v := range ev.Values {
+		c := &p.cols[i]
+		c.Data, c.Null, c.Missing, c.TypeOID = v.Data, v.Null(), v.Missing(), 0
+		if j := rel.Wanted[i]; j >= 0 {
+			c.TypeOID = rel.Columns[j].TypeOID
+		}
+	}
+	pd := p.newPending(lsn)
+	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
+		return p.bad(lsn, ev, err)
+	}
+	pd.size = recordSize(&pd.rec)
+	if int(pd.size) > p.cfg.MaxRecordBytes {
+		return p.bad(lsn, ev, &mapping.BadEventError{
+			EventID: p.mapper.EventID(p.cols),
+			Reason: fmt.Sprintf("the record is about %d bytes, more than --max-record-bytes %d (keep it at or below the broker's message.max.bytes); shrink the payload or raise both limits",
+				pd.size, p.cfg.MaxRecordBytes),
+		})
+	}
+	p.send(pd)
+	return nil
+}
+
+// recordOverhead is a generous bound on a record's framing in a batch, so
+// the size check errs on the side of "too big" rather than a broker refusal.
+const recordOverhead = 512
+
+func recordSize(r *kgo.Record) int64 {
+	n := len(r.Key) + len(r.Value) + len(r.Topic) + recordOverhead
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 8
+	}
+	return int64(n)
+}
+
+func (p *Pipeline) send(pd *pending) {
+	pd.commitTime = p.commitTime
+	if pd.size == 0 {
+		pd.size = recordSize(&pd.rec)
+	}
+	// Set last: the mapping fills the record whole.
+	pd.rec.Context = pd
+	// Add before Produce: the ack may arrive before Produce returns.
+	p.ckpt.Add(pd.tx, 1)
+	p.inflight.Add(1)
+	p.inflightBytes.Add(pd.size)
+	p.sink.Produce(&pd.rec)
+}
+
+// Ack is the sink's acknowledgement callback.
+func (p *Pipeline) Ack(r *kgo.Record, err error) {
+	pd := r.Context.(*pending)
+	if err != nil {
+		// A record the broker refused for good. Its transaction never
+		// completes, so the confirmed position stays before it; stop.
+		p.fail(fmt.Errorf("event %s at LSN %s: Kafka refused the record for topic %q: %w%s",
+			eventID(r), pd.lsn, r.Topic, err, refusalHint(err)))
+		return
+	}
+	if p.Observe != nil {
+		p.Observe(r, pd.commitTime)
+	}
+	p.ckpt.Ack(pd.tx)
+	p.inflight.Add(-1)
+	p.inflightBytes.Add(-pd.size)
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pipeline) fail(err error) {
+	select {
+	case p.failed <- err:
+	default: // the first failure is the one that stops the stream
+	}
+}
+
+// eventID reads the id header the mapping put first.
+func eventID(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == "id" {
+			return string(h.Value)
+		}
+	}
+	return "?"
+}
+
+// Full reports whether reading must pause.
+func (p *Pipeline) Full() bool {
+	return p.inflight.Load() >= int64(p.cfg.MaxInflightEvents) || p.inflightBytes.Load() >= p.cfg.MaxInflightBytes
+}
+
+// Room receives after acknowledgements.
+func (p *Pipeline) Room() <-chan struct{} { return p.room }
+
+// Failed receives the first asynchronous failure.
+func (p *Pipeline) Failed() <-chan error { return p.failed }
+
+// InFlight is the number of records not yet acknowledged.
+func (p *Pipeline) InFlight() int { return int(p.inflight.Load()) }
+
+// InFlightBytes is the estimated size of the records not yet acknowledged.
+func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() }
+
+// Lost forgets the open transaction: the server sends it again whole.
+// Records of it already produced stay in Kafka (at-least-once), and their
+// acknowledgements are ignored by the checkpoint.
+func (p *Pipeline) Lost() {
+	if p.tx != nil {
+		p.ckpt.Discard(p.tx)
+		p.tx = nil
+	}
+}

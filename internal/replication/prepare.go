@@ -1,0 +1,145 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// Setup names what streaming reads from and what Prepare may create.
+type Setup struct {
+	Table             string // schema.table, or table in schema public
+	Publication       string
+	Slot              string
+	CreatePublication bool
+	CreateSlot        bool
+}
+
+// SplitTable splits "schema.table" (or "table", meaning public.table).
+func SplitTable(name string) (schema, table string) {
+	if i := strings.IndexByte(name, '.'); i >= 0 {
+		return name[:i], name[i+1:]
+	}
+	return "public", name
+}
+
+// Prepare checks, on a normal connection to url, everything streaming needs,
+// creates the publication and slot when missing and allowed, and returns the
+// slot's confirmed position: where streaming starts. Each failed check is one
+// error line that says how to fix it.
+func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.Background())
+	schema, table := SplitTable(s.Table)
+	qualified := pgx.Identifier{schema, table}.Sanitize()
+
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return 0, fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return 0, fmt.Errorf("wal_level is %q, logical decoding needs logical: run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL", walLevel)
+	}
+
+	var user string
+	var canReplicate bool
+	err = conn.QueryRow(ctx, `SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).
+		Scan(&user, &canReplicate)
+	if err != nil {
+		return 0, fmt.Errorf("read role attributes: %w", err)
+	}
+	if !canReplicate {
+		return 0, fmt.Errorf("role %q lacks the REPLICATION attribute: run ALTER ROLE %s WITH REPLICATION", user, pgx.Identifier{user}.Sanitize())
+	}
+
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, qualified).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("look up table %s: %w", s.Table, err)
+	}
+	if !exists {
+		return 0, fmt.Errorf("table %s.%s does not exist: create it (sql/publication.sql has the default) or point --table at yours", schema, table)
+	}
+
+	if err := preparePublication(ctx, conn, s, schema, table, qualified, log); err != nil {
+		return 0, err
+	}
+	return prepareSlot(ctx, conn, s, log)
+}
+
+func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, schema, table, qualified string, log *slog.Logger) error {
+	pub := pgx.Identifier{s.Publication}.Sanitize()
+	var inserts bool
+	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, s.Publication).Scan(&inserts)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && s.CreatePublication:
+		// Insert-only: updates and deletes of the outbox are never published,
+		// so the insert-then-delete pattern costs nothing downstream.
+		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')", pub, qualified)); err != nil {
+			return fmt.Errorf("create publication %s: %w", s.Publication, err)
+		}
+		log.Info("created publication", "publication", s.Publication, "table", s.Table)
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("publication %q does not exist: run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or start with --create-publication", s.Publication, pub, qualified)
+	case err != nil:
+		return fmt.Errorf("look up publication %s: %w", s.Publication, err)
+	}
+	if !inserts {
+		return fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", s.Publication, pub)
+	}
+	var contains bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
+		s.Publication, schema, table).Scan(&contains)
+	if err != nil {
+		return fmt.Errorf("read tables of publication %s: %w", s.Publication, err)
+	}
+	if !contains {
+		return fmt.Errorf("publication %q does not contain table %s.%s: run ALTER PUBLICATION %s ADD TABLE %s", s.Publication, schema, table, pub, qualified)
+	}
+	return nil
+}
+
+func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
+	var plugin, database, walStatus string
+	var confirmed pglogrepl.LSN
+	var current string
+	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), coalesce(database, ''), coalesce(confirmed_flush_lsn, '0/0')::text,
+		coalesce(wal_status, ''), current_database() FROM pg_replication_slots WHERE slot_name = $1`, s.Slot).
+		Scan(&plugin, &database, &confirmed, &walStatus, &current)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && s.CreateSlot:
+		var lsn string
+		if err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, s.Slot).Scan(&lsn); err != nil {
+			return 0, fmt.Errorf("create replication slot %s: %w", s.Slot, err)
+		}
+		start, err := pglogrepl.ParseLSN(lsn)
+		if err != nil {
+			return 0, err
+		}
+		log.Info("created replication slot", "slot", s.Slot, "lsn", start)
+		return start, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("replication slot %q does not exist: start with --create-slot, or run SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", s.Slot, s.Slot)
+	case err != nil:
+		return 0, fmt.Errorf("look up replication slot %s: %w", s.Slot, err)
+	}
+	if plugin != "pgoutput" {
+		return 0, fmt.Errorf("replication slot %q uses plugin %q, not pgoutput: choose another --slot, or drop that slot if nothing else uses it", s.Slot, plugin)
+	}
+	if database != current {
+		return 0, fmt.Errorf("replication slot %q belongs to database %q, not %q: connect to that database or choose another --slot", s.Slot, database, current)
+	}
+	if walStatus == "lost" {
+		return 0, fmt.Errorf("replication slot %q has wal_status lost: PostgreSQL removed WAL the slot still needed, so changes after %s can no longer be streamed; "+
+			"events in that WAL are gone from the stream and must be recovered from the outbox table; then drop and recreate the slot deliberately", s.Slot, confirmed)
+	}
+	return confirmed, nil
+}

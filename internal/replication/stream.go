@@ -1,0 +1,372 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Handler consumes the stream. Every method is called from the streaming
+// goroutine, except that Room and Failed deliver from elsewhere.
+type Handler interface {
+	// WAL processes the pgoutput message of one XLogData that starts at lsn.
+	// It must not wait on Kafka. An error stops streaming for good.
+	WAL(lsn pglogrepl.LSN, data []byte) error
+	// Full reports whether too much is in flight to read more now.
+	Full() bool
+	// Room receives when an acknowledgement frees room (spurious wake-ups
+	// are fine: Full is asked again).
+	Room() <-chan struct{}
+	// Failed receives an error that arose after WAL returned (the broker
+	// refused a record for good); streaming stops with it.
+	Failed() <-chan error
+	// Lost says the connection broke: the open transaction, if any, will be
+	// sent again whole by the server.
+	Lost()
+	// InFlight is the number of records not yet acknowledged.
+	InFlight() int
+}
+
+// Position is the checkpoint as the stream sees it.
+type Position interface {
+	Confirmed() pglogrepl.LSN
+	Idle(walEnd pglogrepl.LSN) bool
+	Wait() <-chan struct{}
+}
+
+// Config says where and how to stream.
+type Config struct {
+	// URL is a libpq URL or key=value string (PG* environment variables
+	// fill the gaps); replication=database is added here.
+	URL         string
+	Slot        string
+	Publication string
+	// StatusInterval is the least time between two status updates when the
+	// confirmed position moved: small, so a crash resends little.
+	StatusInterval time.Duration
+	// KeepaliveInterval is the most time between two status updates, moved
+	// or not; it must stay well below the server's wal_sender_timeout.
+	KeepaliveInterval time.Duration
+	// ShutdownTimeout bounds the wait for in-flight records on shutdown.
+	ShutdownTimeout time.Duration
+}
+
+// Stream owns the replication connection.
+type Stream struct {
+	cfg Config
+	h   Handler
+	pos Position
+	log *slog.Logger
+
+	lastSent   pglogrepl.LSN
+	lastSentAt time.Time
+
+	received  atomic.Uint64 // newest server WAL end seen, for metrics
+	connected atomic.Bool
+}
+
+// New returns a stream that starts at pos.Confirmed().
+func New(cfg Config, h Handler, pos Position, log *slog.Logger) *Stream {
+	return &Stream{cfg: cfg, h: h, pos: pos, log: log.With("component", "replication")}
+}
+
+// Received is the newest WAL position the server reported.
+func (s *Stream) Received() pglogrepl.LSN { return pglogrepl.LSN(s.received.Load()) }
+
+// Connected reports whether a replication connection is streaming.
+func (s *Stream) Connected() bool { return s.connected.Load() }
+
+// fatal marks errors that reconnecting cannot fix.
+type fatal struct{ err error }
+
+func (f fatal) Error() string { return f.err.Error() }
+func (f fatal) Unwrap() error { return f.err }
+
+const (
+	retryMin   = 100 * time.Millisecond
+	retryMax   = 30 * time.Second
+	standbyLog = time.Minute // how often a waiting hot standby says so
+)
+
+// Run streams until ctx ends (then it drains in-flight records, sends a
+// final status update and returns nil) or a fatal error. Lost connections
+// are retried with capped exponential backoff and jitter, resuming at the
+// confirmed position; a slot held by another process is waited for.
+func (s *Stream) Run(ctx context.Context) error {
+	attempt := 0
+	var standbySince, standbyLogged time.Time
+	for {
+		began := time.Now()
+		err := s.session(ctx)
+		s.connected.Store(false)
+		if ctx.Err() != nil && err == nil {
+			return nil
+		}
+		var f fatal
+		if errors.As(err, &f) || !retryable(err) {
+			return err
+		}
+		s.h.Lost()
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := retryMin
+		switch {
+		case slotInUse(err):
+			// A hot standby: poll often enough to take over within seconds
+			// of the active instance's death, log rarely.
+			if standbySince.IsZero() {
+				standbySince = time.Now()
+			}
+			if time.Since(standbyLogged) >= standbyLog {
+				s.log.Warn("replication slot is in use by another process; waiting to take over", "slot", s.cfg.Slot, "error", err, "waiting", time.Since(standbySince).Round(time.Second))
+				standbyLogged = time.Now()
+			}
+			wait = time.Second
+		default:
+			standbySince = time.Time{}
+			if time.Since(began) > time.Minute {
+				attempt = 0 // it streamed a while: this is a new outage
+			}
+			attempt++
+			wait = backoff(attempt)
+			s.log.Warn("replication connection lost; reconnecting", "error", err, "in", wait.Round(time.Millisecond), "resume_lsn", s.pos.Confirmed())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// backoff is capped exponential with full jitter, so a fleet of streamers
+// does not reconnect in lockstep after a server restart.
+func backoff(attempt int) time.Duration {
+	d := retryMax
+	if attempt < 20 {
+		d = min(retryMin<<attempt, retryMax)
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// session runs one replication connection from connect to error or
+// shutdown.
+func (s *Stream) session(ctx context.Context) error {
+	cfg, err := pgconn.ParseConfig(s.cfg.URL)
+	if err != nil {
+		return fatal{fmt.Errorf("postgres url: %w", err)}
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	// pgoutput sends column values in the session's text format: pin the
+	// formats the mapping parses, whatever the server's defaults are.
+	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
+	cfg.RuntimeParams["TimeZone"] = "UTC"
+	cfg.RuntimeParams["application_name"] = "cdc-outbox"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+
+	start := s.pos.Confirmed()
+	args := []string{
+		"proto_version '1'",
+		"publication_names '" + strings.ReplaceAll(pgx.Identifier{s.cfg.Publication}.Sanitize(), "'", "''") + "'",
+	}
+	if v := conn.ParameterStatus("server_version"); serverMajor(v) >= 14 {
+		// Logical decoding messages (pg_logical_emit_message) arrive in the
+		// stream; the decoder passes over them.
+		args = append(args, "messages 'true'")
+	}
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
+	if err != nil {
+		return err
+	}
+	s.connected.Store(true)
+	s.log.Info("streaming", "slot", s.cfg.Slot, "publication", s.cfg.Publication, "start_lsn", start)
+	// The server resumes after start; what was confirmed before needs no
+	// second update, but the first keepalive tick should come soon.
+	s.lastSentAt = time.Time{}
+	return s.stream(ctx, conn)
+}
+
+func serverMajor(version string) int {
+	var major int
+	_, _ = fmt.Sscanf(version, "%d", &major)
+	return major
+}
+
+// stream is the receive loop. It never blocks on Kafka: when too much is in
+// flight it stops reading but keeps sending status updates, so the server's
+// wal_sender_timeout never fires under backpressure.
+func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
+	netConn := conn.Conn()
+	var deadline time.Time
+	for {
+		select {
+		case err := <-s.h.Failed():
+			return fatal{err}
+		default:
+		}
+		if ctx.Err() != nil {
+			return s.shutdown(conn)
+		}
+		now := time.Now()
+		if err := s.status(conn, now, false); err != nil {
+			return err
+		}
+		if s.h.Full() {
+			if err := s.pause(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		// Reading blocks until data or the deadline; the deadline is the
+		// next moment a status update may be due. Set on the socket rather
+		// than through a context, which would cost a goroutine per message.
+		if now.After(deadline) {
+			deadline = now.Add(s.cfg.StatusInterval)
+			if err := netConn.SetReadDeadline(deadline); err != nil {
+				return err
+			}
+		}
+		msg, err := conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if isTimeout(err) {
+				continue
+			}
+			return err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.copyData(conn, m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.CopyDone:
+			return errors.New("the server ended the replication stream")
+		}
+	}
+}
+
+func (s *Stream) copyData(conn *pgconn.PgConn, data []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty CopyData message")
+	}
+	switch data[0] {
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData: %w", err)
+		}
+		if err := s.h.WAL(x.WALStart, x.WALData); err != nil {
+			return fatal{err}
+		}
+		s.noteReceived(x.ServerWALEnd)
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		s.noteReceived(k.ServerWALEnd)
+		// Only when nothing is open or in flight may the server's WAL end
+		// become the confirmed position; the checkpoint decides.
+		s.pos.Idle(k.ServerWALEnd)
+		if k.ReplyRequested {
+			return s.status(conn, time.Now(), true)
+		}
+	}
+	return nil
+}
+
+func (s *Stream) noteReceived(lsn pglogrepl.LSN) {
+	if uint64(lsn) > s.received.Load() {
+		s.received.Store(uint64(lsn))
+	}
+}
+
+// pause waits, without reading, until there is room, the checkpoint moves,
+// a status update falls due, or shutdown.
+func (s *Stream) pause(ctx context.Context) error {
+	t := time.NewTimer(s.cfg.StatusInterval)
+	defer t.Stop()
+	select {
+	case <-s.h.Room():
+	case <-s.pos.Wait():
+	case <-t.C:
+	case <-ctx.Done():
+	case err := <-s.h.Failed():
+		return fatal{err}
+	}
+	return nil
+}
+
+// status sends a standby status update when one is due: the confirmed
+// position moved and StatusInterval passed, or KeepaliveInterval passed, or
+// force (the server asked). Write, flush and apply are all set to the
+// confirmed position explicitly: pglogrepl would fill a zero flush or apply
+// position with the write position, and the server releases WAL by flush.
+func (s *Stream) status(conn *pgconn.PgConn, now time.Time, force bool) error {
+	c := s.pos.Confirmed()
+	since := now.Sub(s.lastSentAt)
+	if !force && since < s.cfg.KeepaliveInterval && (c <= s.lastSent || since < s.cfg.StatusInterval) {
+		return nil
+	}
+	// Never go backwards, even if a caller's position did.
+	c = max(c, s.lastSent)
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: c,
+		WALFlushPosition: c,
+		WALApplyPosition: c,
+		ClientTime:       now,
+	})
+	if err != nil {
+		return fmt.Errorf("send status update: %w", err)
+	}
+	if c != s.lastSent {
+		s.log.Debug("confirmed", "lsn", c)
+	}
+	s.lastSent, s.lastSentAt = c, now
+	return nil
+}
+
+// shutdown stops reading, waits up to ShutdownTimeout for in-flight records
+// while keeping status updates flowing, then sends the final position.
+func (s *Stream) shutdown(conn *pgconn.PgConn) error {
+	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
+	for s.h.InFlight() > 0 && time.Now().Before(deadline) {
+		t := time.NewTimer(s.cfg.StatusInterval)
+		select {
+		case <-s.pos.Wait():
+		case <-s.h.Room():
+		case <-t.C:
+		case err := <-s.h.Failed():
+			t.Stop()
+			return fatal{err}
+		}
+		t.Stop()
+		if err := s.status(conn, time.Now(), false); err != nil {
+			return err
+		}
+	}
+	if n := s.h.InFlight(); n > 0 {
+		s.log.Warn("shutdown timeout: records still in flight will be sent again on the next start", "in_flight", n)
+	}
+	if err := s.status(conn, time.Now(), true); err != nil {
+		return err
+	}
+	s.log.Info("stopped", "confirmed_lsn", s.lastSent)
+	return nil
+}
