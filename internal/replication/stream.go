@@ -313,33 +313,42 @@ func (s *Stream) pause(ctx context.Context) error {
 	return nil
 }
 
-// status sends a standby status update when one is due: the confirmed
-// position moved and StatusInterval passed, or KeepaliveInterval passed, or
-// force (the server asked). Write, flush and apply are all set to the
-// confirmed position explicitly: pglogrepl would fill a zero flush or apply
-// position with the write position, and the server releases WAL by flush.
+// status sends a standby status update when nextStatus says one is due.
 func (s *Stream) status(conn *pgconn.PgConn, now time.Time, force bool) error {
-	c := s.pos.Confirmed()
-	since := now.Sub(s.lastSentAt)
-	if !force && since < s.cfg.KeepaliveInterval && (c <= s.lastSent || since < s.cfg.StatusInterval) {
+	u, due := nextStatus(now, s.pos.Confirmed(), s.lastSent, s.lastSentAt, s.cfg.StatusInterval, s.cfg.KeepaliveInterval, force)
+	if !due {
 		return nil
 	}
-	// Never go backwards, even if a caller's position did.
-	c = max(c, s.lastSent)
-	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: c,
-		WALFlushPosition: c,
-		WALApplyPosition: c,
-		ClientTime:       now,
-	})
-	if err != nil {
+	if err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, u); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
-	if c != s.lastSent {
-		s.log.Debug("confirmed", "lsn", c)
+	if u.WALFlushPosition != s.lastSent {
+		s.log.Debug("confirmed", "lsn", u.WALFlushPosition)
 	}
-	s.lastSent, s.lastSentAt = c, now
+	s.lastSent, s.lastSentAt = u.WALFlushPosition, now
 	return nil
+}
+
+// nextStatus decides whether a standby status update is due and what it
+// says. It is due when the confirmed position moved and statusInterval
+// passed since the last one, when keepalive passed, or when forced (the
+// server asked). It never carries a position below the last one sent. Write,
+// flush and apply are all set to the confirmed position explicitly:
+// pglogrepl would fill a zero flush or apply position with the write
+// position, and the server releases WAL by the flush position.
+func nextStatus(now time.Time, confirmed, lastSent pglogrepl.LSN, lastSentAt time.Time,
+	statusInterval, keepalive time.Duration, force bool) (pglogrepl.StandbyStatusUpdate, bool) {
+	since := now.Sub(lastSentAt)
+	if !force && since < keepalive && (confirmed <= lastSent || since < statusInterval) {
+		return pglogrepl.StandbyStatusUpdate{}, false
+	}
+	pos := max(confirmed, lastSent)
+	return pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pos,
+		WALFlushPosition: pos,
+		WALApplyPosition: pos,
+		ClientTime:       now,
+	}, true
 }
 
 // shutdown stops reading, waits up to ShutdownTimeout for in-flight records

@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// TestStatusUpdatesFlowUnderBackpressure pauses the broker (SIGSTOP: it
+// neither answers nor closes sockets) while events arrive, with at most 5
+// events in flight and the walsender's timeout cut to 2s. Reading stops,
+// but status updates must keep flowing or the server drops the
+// connection; after SIGCONT everything arrives.
+//
+// Not parallel: it pauses the broker every test shares.
+func TestStatusUpdatesFlowUnderBackpressure(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	e.url += "&options=-c%20wal_sender_timeout%3D2s"
+	s := e.start("--max-inflight-events", "5", "--keepalive-interval", "500ms")
+	e.waitStreaming()
+	wl := newWorkload(e)
+	if err := wl.write(ctx, 0, 1, 1, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := wl.verify([]string{"payment"}, time.Minute); v.missing != 0 {
+		t.Fatalf("before the pause: %s", v)
+	}
+
+	testenv.ControlKafka(t, "pause")
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			testenv.ControlKafka(t, "resume")
+		}
+	})
+	if err := wl.write(ctx, 1, 200, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second) // three walsender timeouts
+	testenv.ControlKafka(t, "resume")
+	resumed = true
+
+	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
+	t.Logf("verifier after a 6s broker pause: %s", v)
+	if v.missing != 0 || v.orderViolations != 0 {
+		t.Fatalf("verifier: %s", v)
+	}
+	if log := s.logText(); strings.Contains(log, "replication connection lost") {
+		t.Fatalf("the replication connection dropped under backpressure:\n%s", log)
+	}
+	s.stop()
+}
+
+// TestReconnectsAfterPostgresRestart restarts PostgreSQL (fast shutdown)
+// under a running streamer: it reconnects from the confirmed position and
+// nothing is lost.
+//
+// Not parallel: it restarts the server every test shares.
+func TestReconnectsAfterPostgresRestart(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	s := e.start()
+	e.waitStreaming()
+	wl := newWorkload(e)
+	if err := wl.write(ctx, 0, 300, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	testenv.ControlPostgres(t, "restart")
+	e.pool.Reset() // its connections died with the server
+	if err := wl.write(ctx, 1, 300, 1, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
+	t.Logf("verifier across a PostgreSQL restart: %s", v)
+	if v.missing != 0 || v.orderViolations != 0 {
+		t.Fatalf("verifier: %s", v)
+	}
+	if !strings.Contains(s.logText(), "reconnecting") {
+		t.Fatalf("no reconnect logged:\n%s", s.logText())
+	}
+	s.stop()
+}
+
+// TestHotStandby: a second instance on the same slot waits while the first
+// streams, takes over within 15s after the first is SIGKILLed, and nothing
+// is lost.
+func TestHotStandby(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	active := e.start()
+	e.waitStreaming()
+	standby := e.start()
+	eventually(t, 30*time.Second, "the standby to report the slot in use", func() bool {
+		return strings.Contains(standby.logText(), "in use by another process")
+	})
+	wl := newWorkload(e)
+	if err := wl.write(ctx, 0, 100, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	active.kill()
+	killed := time.Now()
+	if err := wl.write(ctx, 1, 100, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the standby to take over", func() bool {
+		return strings.Count(standby.logText(), `"msg":"streaming"`) == 1
+	})
+	t.Logf("standby took over %s after the SIGKILL", time.Since(killed).Round(100*time.Millisecond))
+	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
+	t.Logf("verifier across the takeover: %s", v)
+	if v.missing != 0 || v.orderViolations != 0 {
+		t.Fatalf("verifier: %s", v)
+	}
+	standby.stop()
+}

@@ -1,0 +1,61 @@
+package sink_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// TestPartitionsLikeTheJavaClient produces keyed records to a 12-partition
+// topic of the real broker and checks each lands where the Java client's
+// default partitioner puts it. The expected partitions were computed with
+// org.apache.kafka.common.utils.Utils.murmur2 from kafka-clients 4.1.1:
+// (murmur2(key) & 0x7fffffff) % 12.
+func TestPartitionsLikeTheJavaClient(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Topic(t, "partitions", 12)
+	want := map[string]int32{"21": 0, "foobar": 6, "payment-42": 5, "w3-a7": 6, "ünïcode": 1}
+
+	acked := make(chan *kgo.Record, len(want))
+	s, err := sink.New(sink.Config{Brokers: testenv.KafkaBrokers(t), Linger: time.Millisecond}, slog.New(slog.DiscardHandler),
+		func(r *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("record %s failed: %v", r.Key, err)
+			}
+			acked <- r
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for key := range want {
+		s.Produce(&kgo.Record{Topic: topic, Key: []byte(key), Value: []byte("{}")})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range want {
+		r := <-acked
+		if r.Partition != want[string(r.Key)] {
+			t.Errorf("key %q went to partition %d; the Java client sends it to %d", r.Key, r.Partition, want[string(r.Key)])
+		}
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("ping a reachable broker: %v", err)
+	}
+}
+
+func TestUnknownCompressionIsRefused(t *testing.T) {
+	_, err := sink.New(sink.Config{Brokers: []string{"127.0.0.1:1"}, Compression: "brotli"}, slog.New(slog.DiscardHandler), nil)
+	if err == nil {
+		t.Fatal("brotli accepted")
+	}
+}
