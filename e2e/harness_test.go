@@ -124,14 +124,18 @@ func (e *env) start(extra ...string) *streamer {
 	return s
 }
 
-// waitStreaming waits until the streamer holds its slot: events committed
-// before a slot exists are not in its stream, so workloads start after.
+// waitStreaming waits until a walsender streams from the streamer's slot:
+// events committed before the slot reached its consistent point are not in
+// its stream, so workloads start after. (The slot alone is not enough: it is
+// already active while pg_create_logical_replication_slot waits for that
+// point.)
 func (e *env) waitStreaming() {
 	e.t.Helper()
-	eventually(e.t, 60*time.Second, "the streamer to hold its slot", func() bool {
-		var active bool
-		err := e.pool.QueryRow(testenv.Context(e.t), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&active)
-		return err == nil && active
+	eventually(e.t, 60*time.Second, "the streamer to stream from its slot", func() bool {
+		var streaming bool
+		err := e.pool.QueryRow(testenv.Context(e.t), `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s
+			JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1)`, e.slot).Scan(&streaming)
+		return err == nil && streaming
 	})
 }
 
@@ -363,4 +367,3 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
