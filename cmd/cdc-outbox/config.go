@@ -49,8 +49,8 @@ func runFlags(c *runConfig) *flags {
 
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
 	f.String(&c.Table, "table", "public.outbox", "outbox `table`, schema-qualified")
-	f.String(&c.Publication, "publication", "cdc_outbox", "publication to stream (`name`)")
-	f.String(&c.Slot, "slot", "cdc_outbox", "logical replication slot (`name`); it keeps the position across restarts")
+	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
+	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
 	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert')) when it is missing")
 	f.Bool(&c.CreateSlot, "create-slot", true, "create the replication slot (pgoutput) when it is missing")
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +97,20 @@ func TestCLI(t *testing.T) {
 	errOut.Reset()
 	if code := cli([]string{"run", "--on-bad-event", "drop"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "invalid configuration") {
 		t.Fatalf("invalid run: code %d, %q", code, errOut.String())
+	}
+}
+
+// TestReadmeDocumentsEveryFlag keeps the README's flag table in step with
+// the code: a user should find every flag there.
+func TestReadmeDocumentsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c runConfig
+	for _, name := range runFlags(&c).order {
+		if !strings.Contains(string(readme), "| `--"+name+"` |") {
+			t.Errorf("README.md has no row for --%s", name)
+		}
 	}
 }
