@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -87,6 +88,7 @@ func (e *env) args(extra ...string) []string {
 		"--slot", e.slot,
 		"--topic", e.prefix + ".{aggregate_type}",
 		"--status-interval", "100ms",
+		"--http-addr", "127.0.0.1:0",
 		"--log-format", "json",
 	}, extra...)
 }
@@ -181,6 +183,23 @@ func (s *streamer) exited(timeout time.Duration) error {
 		return nil
 	}
 }
+
+// httpAddr is the address the streamer's HTTP endpoint listens on, from its
+// log.
+func (s *streamer) httpAddr() string {
+	s.t.Helper()
+	var addr string
+	eventually(s.t, 30*time.Second, "the HTTP endpoint", func() bool {
+		m := httpAddrLine.FindStringSubmatch(s.logText())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	return addr
+}
+
+var httpAddrLine = regexp.MustCompile(`"msg":"serving /metrics, /healthz and /readyz","addr":"([^"]+)"`)
 
 func (s *streamer) logText() string {
 	b, _ := os.ReadFile(s.log)

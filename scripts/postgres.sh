@@ -19,10 +19,16 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 state="${CDC_OUTBOX_LOCAL:-$repo/.local}/postgres"
 
+mkdir -p "$state"
 if [ "$(id -u)" = 0 ]; then
 	runas=postgres
-	# A path the postgres user can traverse, unique per checkout.
-	data="${TMPDIR:-/tmp}/cdc-outbox-postgres-$(printf %s "$state" | md5sum | cut -c1-10)"
+	# A folder the postgres user can reach, made once per checkout and
+	# remembered in the state folder (so a new clone never finds an old
+	# cluster there).
+	if [ ! -s "$state/datadir" ]; then
+		mktemp -d "${TMPDIR:-/tmp}/cdc-outbox-postgres.XXXXXXXX" >"$state/datadir"
+	fi
+	data="$(cat "$state/datadir")"
 else
 	runas=""
 	data="$state/data"
@@ -177,6 +183,7 @@ logs) cat "$logfile" ;;
 destroy)
 	stop || true
 	rm -rf "$data" "$data.log" "$data.initdb.log" "$state"
+	# The next start makes a new cluster from scratch.
 	;;
 *)
 	echo "usage: $0 start|stop|restart|kill|status|url|logs|destroy" >&2

@@ -38,6 +38,9 @@ type runConfig struct {
 	KeepaliveInterval time.Duration
 	ShutdownTimeout   time.Duration
 
+	HTTPAddr         string
+	SlotPollInterval time.Duration
+
 	LogFormat string
 	LogLevel  string
 }
@@ -79,6 +82,9 @@ func runFlags(c *runConfig) *flags {
 	f.Duration(&c.KeepaliveInterval, "keepalive-interval", 10*time.Second, "most time between status updates; keep it well below the server's wal_sender_timeout")
 	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for in-flight events")
 
+	f.String(&c.HTTPAddr, "http-addr", ":8080", "`address` of the HTTP endpoint serving /metrics, /healthz and /readyz; empty turns it off")
+	f.Duration(&c.SlotPollInterval, "slot-poll-interval", 15*time.Second, "how often to read the slot's retained WAL and wal_status for metrics")
+
 	f.String(&c.LogFormat, "log-format", "text", "log format: text or json")
 	f.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return f
@@ -109,6 +115,7 @@ func (c *runConfig) validate() error {
 	check(c.StatusInterval > 0, "--status-interval must be positive")
 	check(c.KeepaliveInterval >= c.StatusInterval, "--keepalive-interval must be at least --status-interval")
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
+	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval must be at least 1s")
 	check(c.KafkaLinger >= 0, "--kafka-linger must not be negative")
 	check(c.LogFormat == "text" || c.LogFormat == "json", "--log-format %q: use text or json", c.LogFormat)
 	_, err = parseLevel(c.LogLevel)

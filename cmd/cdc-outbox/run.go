@@ -6,9 +6,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
+	"github.com/cdc-outbox/cdc-outbox/internal/metrics"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
@@ -38,10 +49,66 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// group runs background loops that live as long as the stream: each gets
+// the group's context and is waited for when the group stops.
+type group struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newGroup(parent context.Context) *group {
+	ctx, cancel := context.WithCancel(parent)
+	return &group{ctx: ctx, cancel: cancel}
+}
+
+func (g *group) goLoop(fn func(ctx context.Context)) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		fn(g.ctx)
+	}()
+}
+
+func (g *group) stop() {
+	g.cancel()
+	g.wg.Wait()
+}
+
 // run wires the data path: replication → pipeline (decoder, mapping) →
-// sink, with the checkpoint deciding what the replication side confirms.
+// sink, with the checkpoint deciding what the replication side confirms,
+// and beside it the HTTP endpoint, the slot poller and the Kafka pinger.
 func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 	schema, table := replication.SplitTable(c.Table)
+	bg := newGroup(context.Background())
+	defer bg.stop()
+
+	// The HTTP endpoint starts before the slot is known (so /healthz answers
+	// during a long wait for the slot); the data path's parts are published
+	// here once built, and metrics read 0 until then.
+	var parts atomic.Pointer[dataPath]
+	var kafkaUp kafkaState
+	src := sources(&parts)
+	src.Ready = func() (bool, string) {
+		dp := parts.Load()
+		var missing []string
+		if dp == nil || !dp.stream.Connected() {
+			missing = append(missing, "not streaming from PostgreSQL (starting, reconnecting, or another instance holds the slot)")
+		}
+		if !kafkaUp.up() {
+			missing = append(missing, "Kafka does not answer metadata requests")
+		}
+		return len(missing) == 0, strings.Join(missing, "; ")
+	}
+	v, rev := buildVersion()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, src, metrics.Build{Version: v, Revision: rev})
+	if c.HTTPAddr != "" {
+		if err := serveHTTP(bg, c.HTTPAddr, m.Handler(reg), log); err != nil {
+			return err
+		}
+	}
+
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	start, err := replication.Prepare(setupCtx, c.PostgresURL, replication.Setup{
 		Table:             c.Table,
@@ -55,8 +122,8 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 		return err
 	}
 
-	ckpt := checkpoint.New(start)
-	pipe, err := pipeline.New(pipeline.Config{
+	tracker := checkpoint.New(start)
+	p, err := pipeline.New(pipeline.Config{
 		Schema:            schema,
 		Table:             table,
 		Mapping:           c.Mapping,
@@ -65,10 +132,11 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
-	}, ckpt, log)
+	}, tracker, log)
 	if err != nil {
 		return err
 	}
+	p.SetObserver(m)
 	snk, err := sink.New(sink.Config{
 		Brokers:     c.brokers(),
 		Linger:      c.KafkaLinger,
@@ -78,29 +146,181 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 		MaxBufferedRecords: 2*c.MaxInflightEvents + 1000,
 		MaxRecordBytes:     c.MaxRecordBytes,
 		AutoCreateTopics:   c.KafkaAutoCreateTopics,
-	}, log, pipe.Ack)
+		Opts:               []kgo.Opt{kgo.WithHooks(m.Hooks()...)},
+	}, log, p.Ack)
 	if err != nil {
 		return err
 	}
 	defer snk.Close()
-	pipe.SetSink(snk)
+	p.SetSink(snk)
 
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := snk.Ping(pingCtx); err != nil {
-		// Not fatal: events wait in flight (and nothing is confirmed) until
-		// the broker is back.
-		log.Warn("Kafka is not reachable yet; events will wait until it is", "brokers", c.KafkaBrokers, "error", err)
-	}
-	cancel()
-
-	stream := replication.New(replication.Config{
+	st := replication.New(replication.Config{
 		URL:               c.PostgresURL,
 		Slot:              c.Slot,
 		Publication:       c.Publication,
 		StatusInterval:    c.StatusInterval,
 		KeepaliveInterval: c.KeepaliveInterval,
 		ShutdownTimeout:   c.ShutdownTimeout,
-	}, pipe, ckpt, log)
+	}, p, tracker, log)
+	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p})
+
+	bg.goLoop(func(ctx context.Context) { pingKafka(ctx, snk, &kafkaUp, m, log) })
+	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c.PostgresURL, c.Slot, c.SlotPollInterval, m, log) })
+
 	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", c.Table, "brokers", c.KafkaBrokers)
-	return stream.Run(ctx)
+	return st.Run(ctx)
+}
+
+// dataPath is what metrics read at scrape time.
+type dataPath struct {
+	ckpt   *checkpoint.Tracker
+	stream *replication.Stream
+	pipe   *pipeline.Pipeline
+}
+
+// sources reads the data path's state for metrics; every value is zero
+// until the data path exists.
+func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
+	read := func(fn func(*dataPath) float64) func() float64 {
+		return func() float64 {
+			if dp := parts.Load(); dp != nil {
+				return fn(dp)
+			}
+			return 0
+		}
+	}
+	return metrics.Sources{
+		Confirmed:          read(func(dp *dataPath) float64 { return float64(dp.ckpt.Confirmed()) }),
+		Received:           read(func(dp *dataPath) float64 { return float64(dp.stream.Received()) }),
+		Transactions:       read(func(dp *dataPath) float64 { return float64(dp.ckpt.Transactions()) }),
+		InFlight:           read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlight()) }),
+		InFlightBytes:      read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlightBytes()) }),
+		PostgresConnected:  read(func(dp *dataPath) float64 { return b2f(dp.stream.Connected()) }),
+		PostgresReconnects: read(func(dp *dataPath) float64 { return float64(dp.stream.Reconnects()) }),
+		Oldest: func() (time.Time, bool) {
+			if dp := parts.Load(); dp != nil {
+				return dp.ckpt.Oldest()
+			}
+			return time.Time{}, false
+		},
+		Skipped: func() decoder.SkipCounts {
+			if dp := parts.Load(); dp != nil {
+				return dp.pipe.Skipped()
+			}
+			return decoder.SkipCounts{}
+		},
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// serveHTTP starts the metrics and health endpoint; a port that cannot be
+// bound is an error at start, not a silent absence of metrics.
+func serveHTTP(bg *group, addr string, h http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--http-addr %s: %w (choose another address, or --http-addr='' to turn the endpoint off)", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	bg.goLoop(func(ctx context.Context) {
+		go func() {
+			<-ctx.Done()
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdownCtx)
+		}()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http endpoint stopped", "error", err)
+		}
+	})
+	return nil
+}
+
+// kafkaState is whether the broker answered the last metadata request.
+type kafkaState struct {
+	mu           sync.Mutex
+	isUp, wasUp  bool
+	everAnswered bool
+}
+
+func (k *kafkaState) up() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.isUp
+}
+
+// pingKafka asks the broker for metadata every few seconds: readiness and
+// cdc_outbox_connected{target="kafka"} come from the answer.
+func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Metrics, log *slog.Logger) {
+	const every = 5 * time.Second
+	for {
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := snk.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		k.mu.Lock()
+		k.wasUp, k.isUp = k.isUp, err == nil
+		m.Kafka(k.isUp, k.wasUp, k.everAnswered)
+		if k.wasUp && !k.isUp {
+			log.Warn("Kafka does not answer; events wait in flight and nothing past them is confirmed", "error", err)
+		}
+		if k.isUp && !k.wasUp && k.everAnswered {
+			log.Info("Kafka answers again")
+		}
+		k.everAnswered = k.everAnswered || k.isUp
+		k.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// pollSlot reads the slot's state on a normal connection every interval:
+// retained WAL, active, wal_status. The database's view is the one that
+// matters when the streamer itself is stuck.
+func pollSlot(ctx context.Context, url, slot string, every time.Duration, m *metrics.Metrics, log *slog.Logger) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var err error
+		if conn == nil || conn.IsClosed() {
+			conn, err = pgx.Connect(qctx, url)
+			if err != nil {
+				conn = nil
+			}
+		}
+		if err == nil {
+			var info replication.SlotInfo
+			info, err = replication.ReadSlot(qctx, conn, slot)
+			if err == nil {
+				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+			} else if errors.Is(err, replication.ErrSlotMissing) {
+				m.Slot(false, 0, "")
+			}
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			log.Warn("could not read the replication slot's state", "slot", slot, "error", redact(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }

@@ -29,6 +29,7 @@ func (p *Pipeline) bad(lsn pglogrepl.LSN, ev *decoder.Event, err error) error {
 		id = "(no id)"
 	}
 	if p.cfg.OnBadEvent == Fail {
+		p.obs.Bad("failed")
 		return fmt.Errorf("bad event %s at LSN %s: %v; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside",
 			id, lsn, be)
 	}
@@ -42,6 +43,7 @@ func (p *Pipeline) bad(lsn pglogrepl.LSN, ev *decoder.Event, err error) error {
 		{Key: "lsn", Value: []byte(lsn.String())},
 		{Key: "source_table", Value: []byte(p.cfg.Schema + "." + p.cfg.Table)},
 	}
+	p.obs.Bad("dead_lettered")
 	p.log.Warn("bad event sent to the dead-letter topic", "event_id", id, "lsn", lsn, "topic", p.cfg.DeadLetterTopic, "error", be)
 	p.send(pd)
 	return nil

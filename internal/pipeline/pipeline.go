@@ -68,9 +68,23 @@ type Pipeline struct {
 	room          chan struct{}
 	failed        chan error
 
-	// Observe, when set, is told of each acknowledged record (metrics).
-	Observe func(r *kgo.Record, commitTime int64)
+	obs Observer
 }
+
+// Observer is told what happens to events; metrics implement it.
+type Observer interface {
+	// Acked: an event reached the broker; commitUnixNano is its
+	// transaction's commit time.
+	Acked(topic string, commitUnixNano int64)
+	// Bad: an event could not be published; action is failed or
+	// dead_lettered.
+	Bad(action string)
+}
+
+type noObserver struct{}
+
+func (noObserver) Acked(string, int64) {}
+func (noObserver) Bad(string)          {}
 
 // New builds a pipeline. The sink is attached with SetSink, because the
 // sink's acknowledgement callback is the pipeline's Ack.
@@ -98,11 +112,15 @@ func New(cfg Config, ckpt *checkpoint.Tracker, log *slog.Logger) (*Pipeline, err
 		cols:   make([]mapping.Column, len(wanted)),
 		room:   make(chan struct{}, 1),
 		failed: make(chan error, 1),
+		obs:    noObserver{},
 	}, nil
 }
 
 // SetSink attaches the producer; call it before streaming starts.
 func (p *Pipeline) SetSink(s Producer) { p.sink = s }
+
+// SetObserver attaches metrics; call it before streaming starts.
+func (p *Pipeline) SetObserver(o Observer) { p.obs = o }
 
 // Skipped counts the changes that were not published, by reason.
 func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
@@ -205,13 +223,12 @@ func (p *Pipeline) Ack(r *kgo.Record, err error) {
 	if err != nil {
 		// A record the broker refused for good. Its transaction never
 		// completes, so the confirmed position stays before it; stop.
+		p.obs.Bad("failed")
 		p.fail(fmt.Errorf("event %s at LSN %s: Kafka refused the record for topic %q: %w%s",
 			eventID(r), pd.lsn, r.Topic, err, refusalHint(err)))
 		return
 	}
-	if p.Observe != nil {
-		p.Observe(r, pd.commitTime)
-	}
+	p.obs.Acked(r.Topic, pd.commitTime)
 	p.ckpt.Ack(pd.tx)
 	p.inflight.Add(-1)
 	p.inflightBytes.Add(-pd.size)

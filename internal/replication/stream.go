@@ -71,8 +71,9 @@ type Stream struct {
 	lastSent   pglogrepl.LSN
 	lastSentAt time.Time
 
-	received  atomic.Uint64 // newest server WAL end seen, for metrics
-	connected atomic.Bool
+	received   atomic.Uint64 // newest server WAL end seen, for metrics
+	connected  atomic.Bool
+	reconnects atomic.Uint64
 }
 
 // New returns a stream that starts at pos.Confirmed().
@@ -85,6 +86,9 @@ func (s *Stream) Received() pglogrepl.LSN { return pglogrepl.LSN(s.received.Load
 
 // Connected reports whether a replication connection is streaming.
 func (s *Stream) Connected() bool { return s.connected.Load() }
+
+// Reconnects counts connections lost and tried again.
+func (s *Stream) Reconnects() uint64 { return s.reconnects.Load() }
 
 // fatal marks errors that reconnecting cannot fix.
 type fatal struct{ err error }
@@ -139,6 +143,7 @@ func (s *Stream) Run(ctx context.Context) error {
 				attempt = 0 // it streamed a while: this is a new outage
 			}
 			attempt++
+			s.reconnects.Add(1)
 			wait = backoff(attempt)
 			s.log.Warn("replication connection lost; reconnecting", "error", err, "in", wait.Round(time.Millisecond), "resume_lsn", s.pos.Confirmed())
 		}

@@ -1,0 +1,279 @@
+// Package metrics defines cdc-outbox's Prometheus metrics and serves them
+// with the health endpoints.
+//
+// The names are a contract: dashboards and alerts (deploy/) depend on them.
+//
+//	cdc_outbox_events_total{topic}              counter   events acknowledged by Kafka
+//	cdc_outbox_transactions_total               counter   transactions fully confirmed
+//	cdc_outbox_events_skipped_total{reason}     counter   changes not published: update, delete, truncate, other_table
+//	cdc_outbox_bad_events_total{action}         counter   bad events: failed (stopped the stream) or dead_lettered
+//	cdc_outbox_publish_errors_total             counter   produce errors, retried ones included
+//	cdc_outbox_lag_seconds                      gauge     age by commit time of the oldest transaction not yet confirmed; 0 when none
+//	cdc_outbox_replication_lag_bytes            gauge     server WAL end minus the confirmed LSN
+//	cdc_outbox_end_to_end_latency_seconds       histogram commit time to broker acknowledgement
+//	cdc_outbox_confirmed_lsn                    gauge     last confirmed LSN, as a number
+//	cdc_outbox_received_lsn                     gauge     newest server WAL end seen, as a number
+//	cdc_outbox_inflight_events                  gauge     records sent and not yet acknowledged
+//	cdc_outbox_inflight_bytes                   gauge     their estimated size
+//	cdc_outbox_slot_retained_wal_bytes          gauge     pg_current_wal_lsn() - restart_lsn of the slot
+//	cdc_outbox_slot_active                      gauge     1 while a process streams from the slot
+//	cdc_outbox_slot_wal_status{status}          gauge     1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others
+//	cdc_outbox_connected{target}                gauge     1 while connected: target postgres (streaming) or kafka (answers metadata requests)
+//	cdc_outbox_reconnects_total{target}         counter   reconnections to postgres or kafka
+//	cdc_outbox_ready                            gauge     1 while /readyz answers 200
+//	cdc_outbox_build_info{version,revision,goversion} gauge 1
+//
+// The Kafka client's own metrics (franz-go kprom) are under
+// cdc_outbox_kafka_*, and the Go runtime and process collectors are
+// registered as usual (go_*, process_*).
+//
+// Metrics are created on an injected registry. Values that other packages
+// already track (positions, in-flight counts) are read at scrape time
+// through functions rather than copied on every event.
+package metrics
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
+)
+
+// Sources are the values read at scrape time.
+type Sources struct {
+	Confirmed          func() float64 // LSN
+	Received           func() float64 // LSN
+	Transactions       func() float64
+	InFlight           func() float64
+	InFlightBytes      func() float64
+	PostgresConnected  func() float64 // 0 or 1
+	PostgresReconnects func() float64
+	Oldest             func() (commitTime time.Time, ok bool)
+	Skipped            func() decoder.SkipCounts
+	// Ready says whether the streamer streams from PostgreSQL with Kafka
+	// reachable, and if not, what is missing.
+	Ready func() (ok bool, why string)
+}
+
+// Build identifies the binary.
+type Build struct{ Version, Revision string }
+
+var runtimeVersion = runtime.Version()
+
+// WALStatuses are the values of pg_replication_slots.wal_status.
+var WALStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+// Metrics holds the metrics that are updated as things happen.
+type Metrics struct {
+	events          *prometheus.CounterVec
+	topics          sync.Map // topic → prometheus.Counter, so an ack costs no label hashing
+	badEvents       *prometheus.CounterVec
+	publishErrors   prometheus.Counter
+	latency         prometheus.Histogram
+	slotRetained    prometheus.Gauge
+	slotActive      prometheus.Gauge
+	slotWALStatus   *prometheus.GaugeVec
+	kafkaUp         atomic.Bool
+	kafkaReconnects atomic.Uint64
+	ready           func() (bool, string)
+	kafka           *kprom.Metrics
+	now             func() time.Time
+}
+
+// LatencyBuckets resolve a 5 ms p99 and still cover multi-second outages.
+var LatencyBuckets = []float64{0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// New creates every metric on reg.
+func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		events: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "cdc_outbox_events_total", Help: "Events acknowledged by Kafka.",
+		}, []string{"topic"}),
+		badEvents: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "cdc_outbox_bad_events_total", Help: "Events that could not be published: failed (stopped the stream) or dead_lettered.",
+		}, []string{"action"}),
+		publishErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_outbox_publish_errors_total", Help: "Errors producing to Kafka, including ones that were retried.",
+		}),
+		latency: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "cdc_outbox_end_to_end_latency_seconds", Help: "Time from the transaction's commit to the broker's acknowledgement of its event.",
+			Buckets: LatencyBuckets,
+		}),
+		slotRetained: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_retained_wal_bytes", Help: "WAL the replication slot makes PostgreSQL keep: pg_current_wal_lsn() - restart_lsn.",
+		}),
+		slotActive: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_active", Help: "1 while a process streams from the replication slot.",
+		}),
+		slotWALStatus: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_wal_status", Help: "1 for the replication slot's wal_status, 0 for the other values.",
+		}, []string{"status"}),
+		ready: src.Ready,
+		now:   time.Now,
+	}
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_ready", Help: "1 while streaming from PostgreSQL with Kafka reachable (what /readyz reports).",
+	}, func() float64 {
+		ok, _ := src.Ready()
+		return b2f(ok)
+	})
+	for _, s := range WALStatuses {
+		m.slotWALStatus.WithLabelValues(s)
+	}
+	for _, a := range []string{"failed", "dead_lettered"} {
+		m.badEvents.WithLabelValues(a)
+	}
+
+	reg.MustRegister(&funcs{
+		desc: prometheus.NewDesc("cdc_outbox_connected", "1 while connected: postgres (streaming) or kafka (answering metadata requests).", []string{"target"}, nil),
+		kind: prometheus.GaugeValue,
+		series: map[string]func() float64{
+			"postgres": src.PostgresConnected,
+			"kafka":    func() float64 { return b2f(m.kafkaUp.Load()) },
+		},
+	}, &funcs{
+		desc: prometheus.NewDesc("cdc_outbox_reconnects_total", "Reconnections after a lost connection, by target.", []string{"target"}, nil),
+		kind: prometheus.CounterValue,
+		series: map[string]func() float64{
+			"postgres": src.PostgresReconnects,
+			"kafka":    func() float64 { return float64(m.kafkaReconnects.Load()) },
+		},
+	})
+	f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cdc_outbox_transactions_total", Help: "Transactions fully confirmed to PostgreSQL.",
+	}, src.Transactions)
+	skipped := func(pick func(decoder.SkipCounts) uint64) func() float64 {
+		return func() float64 { return float64(pick(src.Skipped())) }
+	}
+	for reason, pick := range map[string]func(decoder.SkipCounts) uint64{
+		decoder.SkipUpdate:     func(c decoder.SkipCounts) uint64 { return c.Update },
+		decoder.SkipDelete:     func(c decoder.SkipCounts) uint64 { return c.Delete },
+		decoder.SkipTruncate:   func(c decoder.SkipCounts) uint64 { return c.Truncate },
+		decoder.SkipOtherTable: func(c decoder.SkipCounts) uint64 { return c.OtherTable },
+	} {
+		f.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cdc_outbox_events_skipped_total", Help: "Changes that were not published, by reason.",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, skipped(pick))
+	}
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_lag_seconds", Help: "Age, by commit time, of the oldest transaction received and not yet confirmed; 0 when none.",
+	}, func() float64 {
+		t, ok := src.Oldest()
+		if !ok {
+			return 0
+		}
+		return max(0, m.now().Sub(t).Seconds())
+	})
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_replication_lag_bytes", Help: "Server WAL end minus the confirmed LSN.",
+	}, func() float64 { return max(0, src.Received()-src.Confirmed()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_confirmed_lsn", Help: "Last LSN confirmed to PostgreSQL, as a number.",
+	}, src.Confirmed)
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_received_lsn", Help: "Newest server WAL end received, as a number.",
+	}, src.Received)
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_inflight_events", Help: "Records sent to Kafka and not yet acknowledged.",
+	}, src.InFlight)
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_inflight_bytes", Help: "Estimated size of the records sent to Kafka and not yet acknowledged.",
+	}, src.InFlightBytes)
+	f.NewGauge(prometheus.GaugeOpts{
+		Name: "cdc_outbox_build_info", Help: "Build of the running binary; always 1.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": runtimeVersion},
+	}).Set(1)
+
+	m.kafka = kprom.NewMetrics("cdc_outbox", kprom.Subsystem("kafka"), kprom.Registerer(reg))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// funcs is a metric with one label whose series are computed at scrape
+// time, for values that live elsewhere.
+type funcs struct {
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	series map[string]func() float64
+}
+
+func (f *funcs) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+
+func (f *funcs) Collect(ch chan<- prometheus.Metric) {
+	for label, fn := range f.series {
+		ch <- prometheus.MustNewConstMetric(f.desc, f.kind, fn(), label)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Acked records one event acknowledged by the broker.
+func (m *Metrics) Acked(topic string, commitUnixNano int64) {
+	c, ok := m.topics.Load(topic)
+	if !ok {
+		c, _ = m.topics.LoadOrStore(topic, m.events.WithLabelValues(topic))
+	}
+	c.(prometheus.Counter).Inc()
+	if commitUnixNano > 0 {
+		m.latency.Observe(max(0, float64(m.now().UnixNano()-commitUnixNano)/1e9))
+	}
+}
+
+// Bad records a bad event and what was done with it: failed or
+// dead_lettered.
+func (m *Metrics) Bad(action string) { m.badEvents.WithLabelValues(action).Inc() }
+
+// Slot records the slot's state from the poller.
+func (m *Metrics) Slot(active bool, retainedBytes int64, walStatus string) {
+	m.slotActive.Set(b2f(active))
+	m.slotRetained.Set(float64(retainedBytes))
+	for _, s := range WALStatuses {
+		m.slotWALStatus.WithLabelValues(s).Set(b2f(s == walStatus))
+	}
+}
+
+// Kafka records whether the broker answers; a false→true change after the
+// first success counts as a reconnect.
+func (m *Metrics) Kafka(up, wasUp, everUp bool) {
+	m.kafkaUp.Store(up)
+	if up && !wasUp && everUp {
+		m.kafkaReconnects.Add(1)
+	}
+}
+
+// Hooks are the franz-go hooks that feed the Kafka client's metrics and
+// the publish error counter.
+func (m *Metrics) Hooks() []kgo.Hook { return []kgo.Hook{m.kafka, publishErrorHook{m.publishErrors}} }
+
+// publishErrorHook counts produce requests that failed on the wire (they
+// are retried) and records that failed for good.
+type publishErrorHook struct{ c prometheus.Counter }
+
+func (h publishErrorHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	const produceKey = 0
+	if key == produceKey && e2e.Err() != nil {
+		h.c.Inc()
+	}
+}
+
+func (h publishErrorHook) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
+	if err != nil {
+		h.c.Inc()
+	}
+}

@@ -1,0 +1,196 @@
+package metrics
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
+)
+
+func fixed(v float64) func() float64 { return func() float64 { return v } }
+
+func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	now := time.Date(2026, 12, 1, 0, 0, 10, 0, time.UTC)
+	reg := prometheus.NewRegistry()
+	m := New(reg, Sources{
+		Confirmed:          fixed(1000),
+		Received:           fixed(1500),
+		Transactions:       fixed(7),
+		InFlight:           fixed(3),
+		InFlightBytes:      fixed(900),
+		PostgresConnected:  fixed(1),
+		PostgresReconnects: fixed(2),
+		Oldest:             func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
+		Skipped:            func() decoder.SkipCounts { return decoder.SkipCounts{Delete: 5} },
+		Ready: func() (bool, string) {
+			if ready {
+				return true, ""
+			}
+			return false, "Kafka does not answer metadata requests"
+		},
+	}, Build{Version: "v1.2.3", Revision: "abc"})
+	m.now = func() time.Time { return now }
+	return m, reg
+}
+
+// TestMetricNamesTypesAndHelp is the contract dashboards and alerts rely
+// on: a renamed metric, a changed type or label breaks this test first.
+func TestMetricNamesTypesAndHelp(t *testing.T) {
+	m, reg := newTestMetrics(t, true)
+	m.Acked("outbox.event.payment", time.Date(2026, 12, 1, 0, 0, 9, 996_000_000, time.UTC).UnixNano())
+	m.Acked("outbox.event.payment", 0)
+	m.Bad("dead_lettered")
+	m.Slot(true, 4096, "extended")
+	m.Kafka(true, false, false)
+	hooks := m.Hooks()
+	hooks[1].(kgo.HookProduceRecordUnbuffered).OnProduceRecordUnbuffered(&kgo.Record{}, io.EOF)
+
+	want := `
+# HELP cdc_outbox_bad_events_total Events that could not be published: failed (stopped the stream) or dead_lettered.
+# TYPE cdc_outbox_bad_events_total counter
+cdc_outbox_bad_events_total{action="dead_lettered"} 1
+cdc_outbox_bad_events_total{action="failed"} 0
+# HELP cdc_outbox_build_info Build of the running binary; always 1.
+# TYPE cdc_outbox_build_info gauge
+cdc_outbox_build_info{goversion="GOVERSION",revision="abc",version="v1.2.3"} 1
+# HELP cdc_outbox_confirmed_lsn Last LSN confirmed to PostgreSQL, as a number.
+# TYPE cdc_outbox_confirmed_lsn gauge
+cdc_outbox_confirmed_lsn 1000
+# HELP cdc_outbox_connected 1 while connected: postgres (streaming) or kafka (answering metadata requests).
+# TYPE cdc_outbox_connected gauge
+cdc_outbox_connected{target="kafka"} 1
+cdc_outbox_connected{target="postgres"} 1
+# HELP cdc_outbox_events_skipped_total Changes that were not published, by reason.
+# TYPE cdc_outbox_events_skipped_total counter
+cdc_outbox_events_skipped_total{reason="delete"} 5
+cdc_outbox_events_skipped_total{reason="other_table"} 0
+cdc_outbox_events_skipped_total{reason="truncate"} 0
+cdc_outbox_events_skipped_total{reason="update"} 0
+# HELP cdc_outbox_events_total Events acknowledged by Kafka.
+# TYPE cdc_outbox_events_total counter
+cdc_outbox_events_total{topic="outbox.event.payment"} 2
+# HELP cdc_outbox_inflight_bytes Estimated size of the records sent to Kafka and not yet acknowledged.
+# TYPE cdc_outbox_inflight_bytes gauge
+cdc_outbox_inflight_bytes 900
+# HELP cdc_outbox_inflight_events Records sent to Kafka and not yet acknowledged.
+# TYPE cdc_outbox_inflight_events gauge
+cdc_outbox_inflight_events 3
+# HELP cdc_outbox_lag_seconds Age, by commit time, of the oldest transaction received and not yet confirmed; 0 when none.
+# TYPE cdc_outbox_lag_seconds gauge
+cdc_outbox_lag_seconds 4
+# HELP cdc_outbox_publish_errors_total Errors producing to Kafka, including ones that were retried.
+# TYPE cdc_outbox_publish_errors_total counter
+cdc_outbox_publish_errors_total 1
+# HELP cdc_outbox_ready 1 while streaming from PostgreSQL with Kafka reachable (what /readyz reports).
+# TYPE cdc_outbox_ready gauge
+cdc_outbox_ready 1
+# HELP cdc_outbox_received_lsn Newest server WAL end received, as a number.
+# TYPE cdc_outbox_received_lsn gauge
+cdc_outbox_received_lsn 1500
+# HELP cdc_outbox_reconnects_total Reconnections after a lost connection, by target.
+# TYPE cdc_outbox_reconnects_total counter
+cdc_outbox_reconnects_total{target="kafka"} 0
+cdc_outbox_reconnects_total{target="postgres"} 2
+# HELP cdc_outbox_replication_lag_bytes Server WAL end minus the confirmed LSN.
+# TYPE cdc_outbox_replication_lag_bytes gauge
+cdc_outbox_replication_lag_bytes 500
+# HELP cdc_outbox_slot_active 1 while a process streams from the replication slot.
+# TYPE cdc_outbox_slot_active gauge
+cdc_outbox_slot_active 1
+# HELP cdc_outbox_slot_retained_wal_bytes WAL the replication slot makes PostgreSQL keep: pg_current_wal_lsn() - restart_lsn.
+# TYPE cdc_outbox_slot_retained_wal_bytes gauge
+cdc_outbox_slot_retained_wal_bytes 4096
+# HELP cdc_outbox_slot_wal_status 1 for the replication slot's wal_status, 0 for the other values.
+# TYPE cdc_outbox_slot_wal_status gauge
+cdc_outbox_slot_wal_status{status="extended"} 1
+cdc_outbox_slot_wal_status{status="lost"} 0
+cdc_outbox_slot_wal_status{status="reserved"} 0
+cdc_outbox_slot_wal_status{status="unreserved"} 0
+# HELP cdc_outbox_transactions_total Transactions fully confirmed to PostgreSQL.
+# TYPE cdc_outbox_transactions_total counter
+cdc_outbox_transactions_total 7
+`
+	want = strings.ReplaceAll(want, "GOVERSION", goVersion())
+	names := []string{
+		"cdc_outbox_bad_events_total", "cdc_outbox_build_info", "cdc_outbox_confirmed_lsn", "cdc_outbox_connected",
+		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
+		"cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
+		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active",
+		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_transactions_total",
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+
+	// The latency histogram: one observation of 4 ms (the ack without a
+	// commit time is not observed), in a bucket fine enough for a 5 ms p99.
+	if n := histogramCount(t, reg); n != 1 {
+		t.Fatalf("latency observations: %v, want 1", n)
+	}
+
+	problems, err := testutil.GatherAndLint(reg, append(names, "cdc_outbox_end_to_end_latency_seconds")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "cdc_outbox_end_to_end_latency_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == 0.004 && b.GetCumulativeCount() != 1 {
+					t.Errorf("a 4 ms latency is not in the 4 ms bucket")
+				}
+			}
+			return float64(h.GetSampleCount())
+		}
+	}
+	t.Fatal("no latency histogram")
+	return 0
+}
+
+func TestEndpoints(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		m, reg := newTestMetrics(t, ready)
+		srv := httptest.NewServer(m.Handler(reg))
+		get := func(path string) (int, string) {
+			resp, err := srv.Client().Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, _ := get("/healthz"); code != 200 {
+			t.Errorf("/healthz: %d", code)
+		}
+		code, body := get("/readyz")
+		if ready && code != 200 || !ready && (code != 503 || !strings.Contains(body, "Kafka does not answer")) {
+			t.Errorf("ready=%v: /readyz %d %q", ready, code, body)
+		}
+		if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "cdc_outbox_kafka_") && !strings.Contains(body, "go_goroutines") {
+			t.Errorf("/metrics %d lacks the runtime collectors", code)
+		}
+		srv.Close()
+	}
+}
+
+func goVersion() string { return runtimeVersion }
