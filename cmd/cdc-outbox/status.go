@@ -1,0 +1,441 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+)
+
+// statusConfig is everything `cdc-outbox status` is told. The connection
+// flags are those of run, with the same names, defaults and environment
+// variables, so one environment serves both commands.
+type statusConfig struct {
+	PostgresURL string
+	Slot        string
+	Publication string
+	Table       string
+	JSON        bool
+	Timeout     time.Duration
+}
+
+func statusFlags(c *statusConfig) *flags {
+	f := newFlags("cdc-outbox status", "Show the health of cdc-outbox's replication slot: its position, the WAL it holds,\n"+
+		"its publication and the outbox table. Read-only, on a normal (not a replication) connection.\n"+
+		"Exit code: 0 healthy (an inactive slot is healthy, with a warning), 1 the slot is missing\n"+
+		"or its wal_status is lost, 2 PostgreSQL cannot be reached or read, or a flag is wrong.")
+	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out")
+	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
+	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
+	f.String(&c.Table, "table", "public.outbox", "outbox `table`, schema-qualified")
+	f.Bool(&c.JSON, "json", false, "print one JSON object instead of text")
+	f.Duration(&c.Timeout, "timeout", 10*time.Second, "give up connecting and reading after this long")
+	return f
+}
+
+func (c *statusConfig) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	_, err := pgconn.ParseConfig(c.PostgresURL)
+	check(err == nil, "--postgres-url: %v", redact(err))
+	check(c.Table != "" && strings.Count(c.Table, ".") <= 1, "--table %q: give schema.table", c.Table)
+	check(c.Publication != "", "--publication is empty")
+	check(slotName.MatchString(c.Slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", c.Slot)
+	check(c.Timeout > 0, "--timeout must be positive")
+	return errors.Join(errs...)
+}
+
+// Verdicts, as the JSON key verdict gives them.
+const (
+	verdictHealthy       = "healthy"
+	verdictInactive      = "slot_inactive"
+	verdictMissing       = "slot_missing"
+	verdictLost          = "wal_lost"
+	verdictCannotConnect = "cannot_connect"
+	verdictCannotRead    = "cannot_read"
+)
+
+// statusReport is what status found. `cdc-outbox status --json` prints it
+// as one JSON object. Its keys are stable, and every key is always present:
+//
+//	verdict              healthy, slot_inactive, slot_missing, wal_lost,
+//	                     cannot_connect or cannot_read
+//	exit_code            the process's exit code: 0, 1 or 2
+//	message              the verdict in words, with what to do ("" when healthy)
+//	warnings             further problems, each saying what to do ([] when none)
+//	error                why PostgreSQL could not be reached or read ("" unless exit_code is 2)
+//	slot                 --slot
+//	slot_exists          whether pg_replication_slots has the slot
+//	plugin               the slot's output plugin; cdc-outbox needs pgoutput
+//	database             the database the slot belongs to
+//	active               whether a walsender is streaming from the slot
+//	active_pid           that walsender's pid; 0 when inactive
+//	confirmed_flush_lsn  the position the streamer confirmed last, e.g. "0/1A2B3C4"
+//	restart_lsn          the oldest WAL position the slot still needs ("0/0" when none)
+//	current_wal_lsn      the server's WAL position when read
+//	lag_bytes            current_wal_lsn - confirmed_flush_lsn: WAL not yet confirmed
+//	retained_wal_bytes   current_wal_lsn - restart_lsn: WAL the server keeps for the slot
+//	retained_wal         retained_wal_bytes, human-readable ("1.5 GiB")
+//	wal_status           reserved, extended, unreserved or lost
+//	publication          --publication
+//	publication_exists   whether pg_publication has it
+//	publishes_inserts    whether the publication publishes inserts
+//	publication_tables   its tables as schema.table, from pg_publication_tables ([] when none)
+//	table                --table, as schema.table
+//	table_exists         whether the outbox table exists
+//	table_in_publication whether the publication contains the outbox table
+//	table_rows_estimate  the table's pg_class.reltuples; -1 when unknown
+//	                     (never analyzed, or no such table)
+//
+// The slot keys are zero ("", false, 0, "0/0") when the slot does not
+// exist; everything but verdict, exit_code, message, error and the names
+// given as flags is zero when PostgreSQL could not be reached or read.
+type statusReport struct {
+	Verdict  string   `json:"verdict"`
+	ExitCode int      `json:"exit_code"`
+	Message  string   `json:"message"`
+	Warnings []string `json:"warnings"`
+	Error    string   `json:"error"`
+
+	Slot              string `json:"slot"`
+	SlotExists        bool   `json:"slot_exists"`
+	Plugin            string `json:"plugin"`
+	Database          string `json:"database"`
+	Active            bool   `json:"active"`
+	ActivePID         int32  `json:"active_pid"`
+	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
+	RestartLSN        string `json:"restart_lsn"`
+	CurrentWALLSN     string `json:"current_wal_lsn"`
+	LagBytes          int64  `json:"lag_bytes"`
+	RetainedWALBytes  int64  `json:"retained_wal_bytes"`
+	RetainedWAL       string `json:"retained_wal"`
+	WALStatus         string `json:"wal_status"`
+
+	Publication        string   `json:"publication"`
+	PublicationExists  bool     `json:"publication_exists"`
+	PublishesInserts   bool     `json:"publishes_inserts"`
+	PublicationTables  []string `json:"publication_tables"`
+	Table              string   `json:"table"`
+	TableExists        bool     `json:"table_exists"`
+	TableInPublication bool     `json:"table_in_publication"`
+	TableRowsEstimate  int64    `json:"table_rows_estimate"`
+
+	connectedDB string // the database --postgres-url connects to
+}
+
+func statusCommand(args []string, stdout, stderr io.Writer) int {
+	var c statusConfig
+	f := statusFlags(&c)
+	if err := f.parse(args, stdout); err != nil {
+		if errors.Is(err, errHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "cdc-outbox status: %v\n", err)
+		return 2
+	}
+	if err := c.validate(); err != nil {
+		fmt.Fprintf(stderr, "cdc-outbox status: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	defer cancel()
+	r := readStatus(ctx, &c)
+	if r.Error != "" {
+		// Said on stderr in both formats, so a script capturing only the
+		// JSON still leaves the reason in its log.
+		fmt.Fprintf(stderr, "cdc-outbox status: %s\n", r.Message)
+	}
+	if c.JSON {
+		b, err := json.Marshal(r)
+		if err != nil { // cannot happen: strings, numbers and booleans only
+			fmt.Fprintf(stderr, "cdc-outbox status: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else if r.Error == "" {
+		r.writeText(stdout)
+	}
+	return r.ExitCode
+}
+
+func newStatusReport(c *statusConfig) *statusReport {
+	schema, table := replication.SplitTable(c.Table)
+	return &statusReport{
+		Warnings:          []string{},
+		Slot:              c.Slot,
+		ConfirmedFlushLSN: "0/0",
+		RestartLSN:        "0/0",
+		CurrentWALLSN:     "0/0",
+		RetainedWAL:       humanBytes(0),
+		Publication:       c.Publication,
+		PublicationTables: []string{},
+		Table:             schema + "." + table,
+		TableRowsEstimate: -1,
+	}
+}
+
+// readStatus connects, reads and judges. It never returns nil; on failure
+// the report says why, with exit code 2.
+func readStatus(ctx context.Context, c *statusConfig) *statusReport {
+	r := newStatusReport(c)
+	conn, err := pgx.Connect(ctx, c.PostgresURL)
+	if err != nil {
+		// The advice first: pgx's error may run over several lines.
+		r.fail(verdictCannotConnect, fmt.Sprintf("cannot connect to PostgreSQL: check --postgres-url (env %s), "+
+			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), redact(err)), err)
+		return r
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if err := r.read(ctx, conn); err != nil {
+		r.fail(verdictCannotRead, fmt.Sprintf("cannot read the status: check that the role may read "+
+			"pg_replication_slots, pg_publication and pg_class, and that the server is the primary: %v", redact(err)), err)
+		return r
+	}
+	r.judge()
+	return r
+}
+
+func (r *statusReport) fail(verdict, message string, err error) {
+	r.Verdict, r.ExitCode, r.Message, r.Error = verdict, 2, message, redact(err).Error()
+}
+
+// read fills the report from the server, on a normal connection.
+func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
+	info, err := replication.ReadSlot(ctx, conn, r.Slot)
+	switch {
+	case errors.Is(err, replication.ErrSlotMissing):
+	case err != nil:
+		return err
+	default:
+		r.SlotExists = true
+		r.Plugin, r.Database = info.Plugin, info.Database
+		r.Active, r.ActivePID = info.Active, info.ActivePID
+		r.ConfirmedFlushLSN = info.ConfirmedFlush.String()
+		r.RestartLSN = info.RestartLSN.String()
+		r.CurrentWALLSN = info.CurrentLSN.String()
+		if info.CurrentLSN > info.ConfirmedFlush {
+			r.LagBytes = int64(info.CurrentLSN - info.ConfirmedFlush)
+		}
+		r.RetainedWALBytes = max(info.RetainedBytes, 0)
+		r.RetainedWAL = humanBytes(r.RetainedWALBytes)
+		r.WALStatus = info.WALStatus
+	}
+
+	err = conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, r.Publication).Scan(&r.PublishesInserts)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("read publication %s: %w", r.Publication, err)
+	default:
+		r.PublicationExists = true
+		rows, _ := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables
+			WHERE pubname = $1 ORDER BY 1, 2`, r.Publication)
+		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+			var schema, table string
+			err := row.Scan(&schema, &table)
+			return schema + "." + table, err
+		})
+		if err != nil {
+			return fmt.Errorf("read tables of publication %s: %w", r.Publication, err)
+		}
+		r.PublicationTables = append(r.PublicationTables, tables...)
+	}
+
+	schema, table := replication.SplitTable(r.Table)
+	for _, t := range r.PublicationTables {
+		r.TableInPublication = r.TableInPublication || t == schema+"."+table
+	}
+	var rows *int64
+	err = conn.QueryRow(ctx, `SELECT current_database()::text,
+			(SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass($1))`,
+		pgx.Identifier{schema, table}.Sanitize()).Scan(&r.connectedDB, &rows)
+	if err != nil {
+		return fmt.Errorf("look up table %s: %w", r.Table, err)
+	}
+	if rows != nil {
+		r.TableExists, r.TableRowsEstimate = true, *rows
+	}
+	return nil
+}
+
+// judge sets the verdict, exit code, message and warnings from what read
+// found. The verdict is about the slot: missing, then lost, then inactive.
+// Other problems (publication, table, plugin) are warnings: they do not
+// change the exit code.
+func (r *statusReport) judge() {
+	pub := pgx.Identifier{r.Publication}.Sanitize()
+	schema, table := replication.SplitTable(r.Table)
+	qualified := pgx.Identifier{schema, table}.Sanitize()
+	warn := func(format string, args ...any) { r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...)) }
+
+	if r.SlotExists && r.Plugin != "pgoutput" {
+		warn("slot %q uses plugin %q, not pgoutput: cdc-outbox run refuses it; choose another --slot, or drop that slot if nothing else uses it", r.Slot, r.Plugin)
+	}
+	if r.SlotExists && r.connectedDB != "" && r.Database != r.connectedDB {
+		warn("slot %q belongs to database %q, not %q (the one --postgres-url connects to): cdc-outbox run refuses it; connect to %q or choose another --slot",
+			r.Slot, r.Database, r.connectedDB, r.Database)
+	}
+	if r.SlotExists && r.WALStatus == "unreserved" {
+		warn("wal_status is unreserved: the slot holds more WAL (%s) than max_slot_wal_keep_size allows, and PostgreSQL removes some of it at the next checkpoint, "+
+			"which loses the slot: start cdc-outbox run, or help it catch up, now", r.RetainedWAL)
+	}
+	switch {
+	case !r.PublicationExists:
+		warn("publication %q does not exist: cdc-outbox run creates it (unless --create-publication=false), or run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+			r.Publication, pub, qualified)
+	case !r.PublishesInserts:
+		warn("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", r.Publication, pub)
+	}
+	if !r.TableExists {
+		warn("table %s does not exist in database %q: create it (sql/publication.sql has the default) or check --table", r.Table, r.connectedDB)
+	} else if r.PublicationExists && !r.TableInPublication {
+		warn("publication %q does not contain table %s: run ALTER PUBLICATION %s ADD TABLE %s, or check --table and --publication",
+			r.Publication, r.Table, pub, qualified)
+	}
+
+	switch {
+	case !r.SlotExists:
+		r.Verdict, r.ExitCode = verdictMissing, 1
+		r.Message = fmt.Sprintf("replication slot %q does not exist: start cdc-outbox run (it creates the slot) or check --slot", r.Slot)
+	case r.WALStatus == "lost":
+		r.Verdict, r.ExitCode = verdictLost, 1
+		r.Message = fmt.Sprintf("replication slot %q has wal_status lost: PostgreSQL removed WAL the slot still needed, so the slot can no longer stream. "+
+			"Events committed after %s that were in the lost WAL never reach Kafka through it and must be recovered from the outbox table; "+
+			"then drop and recreate the slot deliberately (SELECT pg_drop_replication_slot('%s'); cdc-outbox run creates a new one, which starts at the current WAL position)",
+			r.Slot, r.ConfirmedFlushLSN, r.Slot)
+	case !r.Active:
+		r.Verdict, r.ExitCode = verdictInactive, 0
+		r.Message = fmt.Sprintf("slot %q is inactive: nothing is streaming from it, which is normal while cdc-outbox run is stopped; "+
+			"it holds %s of WAL on the server, growing until a streamer confirms: start cdc-outbox run, or drop the slot if the outbox is no longer streamed",
+			r.Slot, r.RetainedWAL)
+	default:
+		r.Verdict, r.ExitCode, r.Message = verdictHealthy, 0, ""
+	}
+}
+
+// writeText prints the report as aligned "key: value" lines, the verdict
+// last.
+func (r *statusReport) writeText(w io.Writer) {
+	var lines [][2]string
+	add := func(key, format string, args ...any) {
+		lines = append(lines, [2]string{key, fmt.Sprintf(format, args...)})
+	}
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+
+	add("slot", "%s", r.Slot)
+	add("  exists", "%s", yes(r.SlotExists))
+	if r.SlotExists {
+		add("  plugin", "%s", r.Plugin)
+		add("  database", "%s", r.Database)
+		if r.Active {
+			add("  active", "yes (pid %d)", r.ActivePID)
+		} else {
+			add("  active", "no")
+		}
+		if r.LagBytes == 0 {
+			add("  confirmed_flush_lsn", "%s (caught up with the server)", r.ConfirmedFlushLSN)
+		} else {
+			add("  confirmed_flush_lsn", "%s (%s behind the server's %s)", r.ConfirmedFlushLSN, humanBytes(r.LagBytes), r.CurrentWALLSN)
+		}
+		add("  restart_lsn", "%s", r.RestartLSN)
+		if r.RetainedWALBytes < 1024 {
+			add("  retained WAL", "%d bytes", r.RetainedWALBytes)
+		} else {
+			add("  retained WAL", "%d bytes (%s)", r.RetainedWALBytes, r.RetainedWAL)
+		}
+		walStatus := r.WALStatus
+		if walStatus == "" {
+			walStatus = "unknown (PostgreSQL before 13)"
+		}
+		add("  wal_status", "%s", walStatus)
+	}
+	add("publication", "%s", r.Publication)
+	add("  exists", "%s", yes(r.PublicationExists))
+	if r.PublicationExists {
+		add("  publishes inserts", "%s", yes(r.PublishesInserts))
+		add("  tables", "%s", listTables(r.PublicationTables, 10))
+	}
+	add("table", "%s", r.Table)
+	add("  exists", "%s", yes(r.TableExists))
+	if r.TableExists {
+		add("  in publication", "%s", yes(r.TableInPublication))
+		if r.TableRowsEstimate < 0 {
+			add("  rows (estimate)", "unknown (never analyzed)")
+		} else {
+			add("  rows (estimate)", "%d", r.TableRowsEstimate)
+		}
+	}
+	for _, warning := range r.Warnings {
+		add("warning", "%s", warning)
+	}
+	add("verdict", "%s", strings.ReplaceAll(r.Verdict, "_", " "))
+	switch r.ExitCode {
+	case 0:
+		if r.Message != "" {
+			add("warning", "%s", r.Message)
+		}
+	default:
+		add("error", "%s", r.Message)
+	}
+
+	width := len("  confirmed_flush_lsn:") // the same column whatever is shown
+	for _, l := range lines {
+		width = max(width, len(l[0])+1)
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "%-*s %s\n", width, l[0]+":", l[1])
+	}
+}
+
+// listTables joins up to n tables; more are counted, not listed.
+func listTables(tables []string, n int) string {
+	if len(tables) == 0 {
+		return "none"
+	}
+	if len(tables) <= n {
+		return strings.Join(tables, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(tables[:n], ", "), len(tables)-n)
+}
+
+// humanBytes formats a byte count with binary units and at most one
+// decimal: 512 B, 1.5 KiB, 16 MiB, 1.5 GiB.
+func humanBytes(n int64) string {
+	sign, u := "", uint64(n)
+	if n < 0 {
+		sign, u = "-", uint64(-(n+1))+1 // no overflow at math.MinInt64
+	}
+	if u < 1024 {
+		return sign + strconv.FormatUint(u, 10) + " B"
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	v, i := float64(u)/1024, 0
+	for v >= 1023.95 && i < len(units)-1 { // would print as 1024.0
+		v /= 1024
+		i++
+	}
+	s := strings.TrimSuffix(strconv.FormatFloat(v, 'f', 1, 64), ".0")
+	return sign + s + " " + units[i]
+}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// statusDatabase is a database of the test's own with the default outbox
+// table and publication, and a pgoutput slot under a fresh name.
+func statusDatabase(t *testing.T) (url, slot string) {
+	t.Helper()
+	url = testenv.Database(t)
+	sql, err := os.ReadFile("../../sql/publication.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, url, string(sql))
+	slot = testenv.Name("slot")
+	testenv.Exec(t, url, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	return url, slot
+}
+
+func status(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = cli(append([]string{"status"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// squash collapses runs of white space, so checks need not know the
+// alignment.
+func squash(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func TestStatusInactiveSlot(t *testing.T) {
+	t.Parallel()
+	url, slot := statusDatabase(t)
+
+	code, out, errOut := status(t, "--postgres-url", url, "--slot", slot)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{slot, "plugin: pgoutput", "wal_status: reserved", "tables: public.outbox", "active: no",
+		"retained WAL: ", "publishes inserts: yes", "in publication: yes", "verdict: slot inactive",
+		"it holds ", "rows (estimate): unknown (never analyzed)"} {
+		if !strings.Contains(squash(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "error:") {
+		t.Errorf("an inactive slot is no error:\n%s", out)
+	}
+	t.Logf("text output:\n%s", out)
+
+	code, out, _ = status(t, "--postgres-url", url, "--slot", slot, "--json")
+	if code != 0 {
+		t.Fatalf("--json: exit %d\n%s", code, out)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("--json output is not one JSON object: %v\n%s", err, out)
+	}
+	for _, key := range []string{"verdict", "exit_code", "message", "warnings", "error", "slot", "slot_exists", "plugin",
+		"database", "active", "active_pid", "confirmed_flush_lsn", "restart_lsn", "current_wal_lsn", "lag_bytes",
+		"retained_wal_bytes", "retained_wal", "wal_status", "publication", "publication_exists", "publishes_inserts",
+		"publication_tables", "table", "table_exists", "table_in_publication", "table_rows_estimate"} {
+		if _, ok := r[key]; !ok {
+			t.Errorf("JSON lacks key %q: %s", key, out)
+		}
+	}
+	if r["slot"] != slot || r["plugin"] != "pgoutput" || r["wal_status"] != "reserved" || r["verdict"] != "slot_inactive" ||
+		r["active"] != false || r["table_in_publication"] != true || r["table_rows_estimate"] != float64(-1) {
+		t.Errorf("JSON: %s", out)
+	}
+	if tables, _ := r["publication_tables"].([]any); len(tables) != 1 || tables[0] != "public.outbox" {
+		t.Errorf("publication_tables = %v", r["publication_tables"])
+	}
+	if w, _ := r["warnings"].([]any); w == nil || len(w) != 0 {
+		t.Errorf("warnings = %v, want []", r["warnings"])
+	}
+	t.Logf("JSON output: %s", out)
+}
+
+// TestStatusActiveSlot streams from the slot, as cdc-outbox run would, and
+// expects the verdict healthy with the walsender's pid.
+func TestStatusActiveSlot(t *testing.T) {
+	t.Parallel()
+	url, slot := statusDatabase(t)
+	testenv.Exec(t, url, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'e', '{}'); ANALYZE outbox`)
+
+	ctx := testenv.Context(t)
+	repl, err := pgconn.Connect(ctx, url+"&replication=database")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = repl.Close(context.Background()) })
+	err = pglogrepl.StartReplication(ctx, repl, slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names 'cdc_outbox'"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var code int
+	var out, errOut string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if code, out, errOut = status(t, "--postgres-url", url, "--slot", slot); strings.Contains(squash(out), "active: yes (pid ") {
+			break
+		}
+	}
+	if code != 0 || !strings.Contains(squash(out), "active: yes (pid ") || !strings.HasSuffix(squash(out), "verdict: healthy") {
+		t.Fatalf("exit %d, want 0 and healthy\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if strings.Contains(out, "warning:") || !strings.Contains(squash(out), "rows (estimate): 1 ") {
+		t.Errorf("output:\n%s", out)
+	}
+	t.Logf("text output:\n%s", out)
+}
+
+func TestStatusMissingSlot(t *testing.T) {
+	t.Parallel()
+	url := testenv.Database(t)
+	slot := testenv.Name("slot")
+
+	code, out, errOut := status(t, "--postgres-url", url, "--slot", slot)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"verdict: slot missing", "start cdc-outbox run (it creates the slot) or check --slot",
+		`publication "cdc_outbox" does not exist`, "table public.outbox does not exist"} {
+		if !strings.Contains(squash(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("text output:\n%s", out)
+
+	code, out, _ = status(t, "--postgres-url", url, "--slot", slot, "--json")
+	var r statusReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 1 {
+		t.Fatalf("--json: exit %d, %v\n%s", code, err, out)
+	}
+	if r.Verdict != verdictMissing || r.ExitCode != 1 || r.SlotExists || !strings.Contains(r.Message, "check --slot") || len(r.Warnings) != 2 {
+		t.Errorf("JSON: %s", out)
+	}
+}
+
+func TestStatusCannotConnect(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{
+		"postgres://u:s3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=5",
+		"host=127.0.0.1 port=1 user=u password=s3cret dbname=x sslmode=disable connect_timeout=5",
+	} {
+		for _, format := range [][]string{nil, {"--json"}} {
+			code, out, errOut := status(t, append([]string{"--postgres-url", url}, format...)...)
+			if code != 2 {
+				t.Errorf("%v: exit %d, want 2\nstdout:\n%s\nstderr:\n%s", format, code, out, errOut)
+			}
+			if strings.Contains(out+errOut, "s3cret") {
+				t.Errorf("the password leaked:\nstdout:\n%s\nstderr:\n%s", out, errOut)
+			}
+			if !strings.Contains(errOut, "cannot connect to PostgreSQL") || !strings.Contains(errOut, "check --postgres-url") {
+				t.Errorf("stderr does not say what to do: %s", errOut)
+			}
+			if format != nil {
+				var r statusReport
+				if err := json.Unmarshal([]byte(out), &r); err != nil || r.Verdict != verdictCannotConnect || r.ExitCode != 2 || r.Error == "" {
+					t.Errorf("--json: %v, %s", err, out)
+				}
+			}
+		}
+	}
+}
+
+func TestStatusFlags(t *testing.T) {
+	t.Setenv("CDC_OUTBOX_SLOT", "from_env")
+	var c statusConfig
+	f := statusFlags(&c)
+	if err := f.parse(nil, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Slot != "from_env" || c.Publication != "cdc_outbox" || c.Table != "public.outbox" || c.JSON {
+		t.Errorf("config: %+v", c)
+	}
+
+	var help bytes.Buffer
+	if err := statusFlags(&statusConfig{}).parse([]string{"--help"}, &help); !errors.Is(err, errHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, name := range f.order {
+		if !strings.Contains(help.String(), "--"+name) || !strings.Contains(help.String(), "env "+envName(name)) {
+			t.Errorf("help lacks --%s or %s", name, envName(name))
+		}
+	}
+	if !strings.Contains(help.String(), "default cdc_outbox") || !strings.Contains(help.String(), "default public.outbox") {
+		t.Errorf("help lacks defaults:\n%s", help.String())
+	}
+
+	code, _, errOut := status(t, "--slot", "Bad-Slot", "--table", "a.b.c")
+	if code != 2 || !strings.Contains(errOut, `--slot "Bad-Slot"`) || !strings.Contains(errOut, `--table "a.b.c"`) {
+		t.Errorf("bad flags: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := status(t, "extra"); code != 2 || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("extra argument: exit %d, %s", code, errOut)
+	}
+}
+
+// TestStatusJudge covers verdicts a test server cannot easily be brought
+// to, wal_status lost among them.
+func TestStatusJudge(t *testing.T) {
+	t.Parallel()
+	base := func() *statusReport {
+		r := newStatusReport(&statusConfig{Slot: "s", Publication: "cdc_outbox", Table: "outbox"})
+		r.SlotExists, r.Plugin, r.Database, r.connectedDB = true, "pgoutput", "app", "app"
+		r.Active, r.ActivePID, r.WALStatus = true, 42, "reserved"
+		r.RetainedWALBytes, r.RetainedWAL = 3<<29, humanBytes(3<<29)
+		r.PublicationExists, r.PublishesInserts, r.PublicationTables = true, true, []string{"public.outbox"}
+		r.TableExists, r.TableInPublication = true, true
+		return r
+	}
+	for _, tc := range []struct {
+		name     string
+		change   func(*statusReport)
+		verdict  string
+		code     int
+		message  string
+		warnings []string
+	}{
+		{"healthy", func(*statusReport) {}, verdictHealthy, 0, "", nil},
+		{"inactive", func(r *statusReport) { r.Active, r.ActivePID = false, 0 }, verdictInactive, 0, "holds 1.5 GiB of WAL", nil},
+		{"lost", func(r *statusReport) { r.Active, r.WALStatus = false, "lost" }, verdictLost, 1, "recovered from the outbox table", nil},
+		{"missing", func(r *statusReport) { r.SlotExists = false }, verdictMissing, 1, "check --slot", nil},
+		{"unreserved", func(r *statusReport) { r.WALStatus = "unreserved" }, verdictHealthy, 0, "", []string{"max_slot_wal_keep_size"}},
+		{"wrong slot", func(r *statusReport) { r.Plugin, r.Database = "test_decoding", "other" }, verdictHealthy, 0, "",
+			[]string{`uses plugin "test_decoding"`, `belongs to database "other"`}},
+		{"publication without the table", func(r *statusReport) {
+			r.PublishesInserts, r.TableInPublication, r.PublicationTables = false, false, []string{"public.other"}
+		}, verdictHealthy, 0, "", []string{"SET (publish = 'insert')", `ADD TABLE "public"."outbox"`}},
+	} {
+		r := base()
+		tc.change(r)
+		r.judge()
+		if r.Verdict != tc.verdict || r.ExitCode != tc.code || !strings.Contains(r.Message, tc.message) || (tc.message == "") != (r.Message == "") {
+			t.Errorf("%s: verdict %s, exit %d, message %q", tc.name, r.Verdict, r.ExitCode, r.Message)
+		}
+		if len(r.Warnings) != len(tc.warnings) {
+			t.Errorf("%s: warnings %q, want %d", tc.name, r.Warnings, len(tc.warnings))
+			continue
+		}
+		for i, w := range tc.warnings {
+			if !strings.Contains(r.Warnings[i], w) {
+				t.Errorf("%s: warning %q lacks %q", tc.name, r.Warnings[i], w)
+			}
+		}
+		var out bytes.Buffer
+		r.writeText(&out)
+		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); !strings.HasPrefix(lines[len(lines)-1-min(len(r.Message), 1)], "verdict:") {
+			t.Errorf("%s: the verdict is not last (but for its message):\n%s", tc.name, out.String())
+		}
+		if tc.name == "lost" {
+			t.Logf("lost:\n%s", out.String())
+		}
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   int64
+		want string
+	}{
+		{0, "0 B"},
+		{1, "1 B"},
+		{1023, "1023 B"},
+		{1024, "1 KiB"},
+		{1536, "1.5 KiB"},
+		{1<<20 - 1, "1 MiB"},
+		{16 << 20, "16 MiB"},
+		{3 << 29, "1.5 GiB"},
+		{1<<30 + 1<<20, "1 GiB"},
+		{5 << 40, "5 TiB"},
+		{math.MaxInt64, "8 EiB"},
+		{-2048, "-2 KiB"},
+		{math.MinInt64, "-8 EiB"},
+	} {
+		if got := humanBytes(tc.in); got != tc.want {
+			t.Errorf("humanBytes(%d) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
