@@ -6,10 +6,15 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build test test-unit lint fuzz clean
+.PHONY: build demo test test-unit lint fuzz clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
+
+# cdc-outbox end to end on this machine (no Docker): local PostgreSQL and
+# Kafka, the streamer, a burst of events shown as they arrive. Ctrl-C stops.
+demo:
+	scripts/demo.sh
 
 # Every test, against a real PostgreSQL and a real Kafka (started here unless
 # CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point elsewhere).
