@@ -230,44 +230,94 @@ func newWorkload(e *env) *workload { return &workload{e: e, seq: map[string]int{
 // transactions of txSize rows; deleteAfter also deletes each transaction's
 // rows before committing (the insert-then-delete pattern).
 func (wl *workload) write(ctx context.Context, w, n, txSize int, typ string, deleteAfter bool) error {
+	return wl.run(ctx, w, n, txSize, typ, deleteAfter, false)
+}
+
+// writeThroughFaults is write for writers that keep going while the server
+// restarts or crashes: a failed transaction is retried, and a commit whose
+// outcome is unknown (the connection died during COMMIT) is settled by
+// looking for its rows once the server is back.
+func (wl *workload) writeThroughFaults(ctx context.Context, w, n, txSize int, typ string) error {
+	return wl.run(ctx, w, n, txSize, typ, false, true)
+}
+
+// planned is an event before it is written: its aggregate and sequence are
+// fixed, so a retried transaction writes the same events in the same order.
+type planned struct {
+	aggregate string
+	seq       int
+}
+
+func (wl *workload) run(ctx context.Context, w, n, txSize int, typ string, deleteAfter, tolerant bool) error {
 	rng := rand.New(rand.NewPCG(uint64(w), 7))
 	for done := 0; done < n; {
-		tx, err := wl.e.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		var batch []written
+		var plan []planned
 		for i := 0; i < txSize && done < n; i, done = i+1, done+1 {
 			agg := fmt.Sprintf("w%d-a%d", w, rng.IntN(10))
 			wl.mu.Lock()
 			wl.seq[agg]++
-			seq := wl.seq[agg]
+			plan = append(plan, planned{agg, wl.seq[agg]})
 			wl.mu.Unlock()
-			payload := fmt.Sprintf(`{"aggregate": %q, "seq": %d, "note": "caf\u00e9 \ud83d\udcb3"}`, agg, seq)
-			var id int64
-			err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
-				VALUES ($1, $2, 'PaymentCreated', $3, $4) RETURNING id`,
-				typ, agg, payload, fmt.Sprintf(`{"traceparent": "00-%032x-%016x-01", "writer": %d}`, w, seq, w)).Scan(&id)
-			if err != nil {
-				_ = tx.Rollback(ctx)
+		}
+		for attempt := 1; ; attempt++ {
+			batch, committed, err := wl.attempt(ctx, w, plan, typ, deleteAfter)
+			if err == nil || (tolerant && committed) {
+				wl.mu.Lock()
+				wl.events = append(wl.events, batch...)
+				wl.mu.Unlock()
+				break
+			}
+			if !tolerant || ctx.Err() != nil || attempt > 600 {
 				return err
 			}
-			batch = append(batch, written{id: strconv.FormatInt(id, 10), aggregate: agg, seq: seq})
+			time.Sleep(100 * time.Millisecond)
 		}
-		if deleteAfter {
-			if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE aggregate_type = $1`, typ); err != nil {
-				_ = tx.Rollback(ctx)
-				return err
-			}
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return err
-		}
-		wl.mu.Lock()
-		wl.events = append(wl.events, batch...)
-		wl.mu.Unlock()
 	}
 	return nil
+}
+
+// attempt writes one planned transaction. When COMMIT fails it reports
+// whether the rows exist anyway (tolerant writers ask the server, retrying
+// until it answers).
+func (wl *workload) attempt(ctx context.Context, w int, plan []planned, typ string, deleteAfter bool) (batch []written, committed bool, err error) {
+	tx, err := wl.e.pool.Begin(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	ids := make([]int64, 0, len(plan))
+	for _, p := range plan {
+		payload := fmt.Sprintf(`{"aggregate": %q, "seq": %d, "note": "caf\u00e9 \ud83d\udcb3"}`, p.aggregate, p.seq)
+		var id int64
+		err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
+			VALUES ($1, $2, 'PaymentCreated', $3, $4) RETURNING id`,
+			typ, p.aggregate, payload, fmt.Sprintf(`{"traceparent": "00-%032x-%016x-01", "writer": %d}`, w, p.seq, w)).Scan(&id)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, false, err
+		}
+		ids = append(ids, id)
+		batch = append(batch, written{id: strconv.FormatInt(id, 10), aggregate: p.aggregate, seq: p.seq})
+	}
+	if deleteAfter {
+		if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE aggregate_type = $1`, typ); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, false, err
+		}
+	}
+	if err = tx.Commit(ctx); err == nil {
+		return batch, true, nil
+	}
+	if deleteAfter {
+		return nil, false, err // its rows are gone either way: unknowable
+	}
+	for i := 0; i < 600 && ctx.Err() == nil; i++ {
+		var found int
+		if qerr := wl.e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = ANY($1)`, ids).Scan(&found); qerr == nil {
+			return batch, found == len(ids), err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, false, err
 }
 
 // delivered is one record read back from Kafka.

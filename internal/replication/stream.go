@@ -196,7 +196,7 @@ func (s *Stream) session(ctx context.Context) error {
 	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
-		return err
+		return s.explain(err)
 	}
 	s.connected.Store(true)
 	s.log.Info("streaming", "slot", s.cfg.Slot, "publication", s.cfg.Publication, "start_lsn", start)
@@ -204,6 +204,27 @@ func (s *Stream) session(ctx context.Context) error {
 	// second update, but the first keepalive tick should come soon.
 	s.lastSentAt = time.Time{}
 	return s.stream(ctx, conn)
+}
+
+// explain adds what to do to the server errors that stop streaming for
+// good.
+func (s *Stream) explain(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	confirmed := s.pos.Confirmed()
+	switch {
+	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot"):
+		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
+			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
+	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
+		return fmt.Errorf("%w: recreate it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')) and restart; the slot still holds every change after %s, so nothing is lost",
+			err, pgx.Identifier{s.cfg.Publication}.Sanitize(), confirmed)
+	case pgErr.Code == codeUndefinedFile || pgErr.Code == codeObjectNotInState:
+		return fmt.Errorf("%w: the slot can no longer stream (its WAL is gone, wal_status lost); changes after %s must be re-published from the outbox table, then drop and recreate the slot deliberately", err, confirmed)
+	}
+	return err
 }
 
 func serverMajor(version string) int {
@@ -259,7 +280,7 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 				return err
 			}
 		case *pgproto3.ErrorResponse:
-			return pgconn.ErrorResponseToPgError(m)
+			return s.explain(pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
 			return errors.New("the server ended the replication stream")
 		}
