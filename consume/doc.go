@@ -1,0 +1,75 @@
+// Package consume is the consumer half of cdc-outbox: it reads the records
+// cdc-outbox publishes (franz-go, a consumer group) and runs a handler for
+// each one effectively once, by deduplicating on the event id in the
+// consumer's own PostgreSQL database (pgx).
+//
+// # What it owns
+//
+// For each record, in order per partition, one database transaction:
+//
+//	INSERT INTO processed_events (event_id, consumer_group) VALUES ($1, $2) ON CONFLICT DO NOTHING
+//	-- a new row:     run the Handler with the same transaction, then COMMIT
+//	-- a conflict:    the group already processed this event: skip it (counted)
+//
+// and only after the COMMIT, the Kafka offset. A crash between the two
+// redelivers records whose work is committed; their insert then conflicts
+// and they are skipped. The handler's writes and the dedupe row commit or
+// roll back together, so a handler error leaves nothing behind.
+//
+// The event id is the record's "id" header (cdc-outbox sets it from the
+// outbox row's id). The table is sql/processed_events.sql; Cleanup trims it.
+//
+// A failing record is retried (Config.MaxAttempts, exponential backoff from
+// Config.Backoff); after the last attempt Config.OnFailure decides, and
+// nothing else: Stop (the default) makes Run return a *RecordError naming
+// the event id, topic, partition and offset, with that offset uncommitted so
+// a restart retries it; DeadLetter publishes the record to
+// Config.DeadLetterTopic with headers saying where it came from and why it
+// failed, records the event as processed, and moves on. A record without an
+// id header is never processed: it goes straight to OnFailure, untried.
+//
+// # Dead letters
+//
+// A dead-letter record has the original key, value and headers (the "id"
+// header included) plus original_topic, original_partition,
+// original_offset, original_timestamp, consumer_group, error and attempts.
+// Once the broker has acknowledged it, the event is recorded in
+// processed_events (its own statement, before the offset commit), so a
+// redelivery of the event is skipped as a duplicate instead of being tried
+// and dead-lettered again. A crash between the acknowledgement and that
+// insert can dead-letter it twice: dead-letter readers dedupe by "id" too.
+// To replay a dead-lettered event after fixing the cause, delete its row
+// (DELETE FROM processed_events WHERE consumer_group = $1 AND event_id = $2)
+// and produce the record to its original topic again. A record without an
+// id cannot be recorded; each redelivery of it is dead-lettered again.
+//
+// A failure outside the handler (begin, the processed_events insert, the
+// commit) is never dead-lettered: after the last attempt it stops Run under
+// either policy, since a database outage says nothing about the event.
+//
+// # What it must never do
+//
+//   - Commit a Kafka offset before the database transaction of every record
+//     up to it has committed (or the record was dead-lettered): that is the
+//     one way to lose an event.
+//   - Skip an event silently: a record is processed, counted as a duplicate
+//     of one that was, dead-lettered by explicit policy, or it stops Run
+//     with an error. A record without an id header is never processed
+//     without dedupe.
+//   - Process a partition's records out of order, or move past a record
+//     that is not finished.
+//
+// # Metrics
+//
+// Registered on Config.Registerer (nothing is registered when it is nil);
+// several Consumers may share one registerer, each with its own group label.
+//
+//	cdc_outbox_consumer_processed_total{group}      counter  records whose handler ran and whose transaction committed
+//	cdc_outbox_consumer_duplicates_total{group}     counter  records skipped because the group already processed the event id
+//	cdc_outbox_consumer_failures_total{group}       counter  failed attempts (handler or database error), retried ones included
+//	cdc_outbox_consumer_dead_lettered_total{group}  counter  records published to the dead-letter topic
+//	cdc_outbox_consumer_commit_errors_total{group}  counter  Kafka offset commits that failed (the records are redelivered and skipped as duplicates)
+//
+// A rising duplicates counter after a restart or a rebalance is expected; a
+// steadily rising one means offsets are not being committed.
+package consume
