@@ -31,8 +31,10 @@ Usage:
   cdc-outbox status [flags]  show the replication slot's health (see cdc-outbox status --help)
   cdc-outbox version        print version, commit and Go version
 
-Every flag can also be set as an environment variable: --kafka-brokers is
-CDC_OUTBOX_KAFKA_BROKERS. The command line wins over the environment.
+Every flag can also be set as an environment variable (--kafka-brokers is
+CDC_OUTBOX_KAFKA_BROKERS) or as a key of a YAML file given with --config or
+CDC_OUTBOX_CONFIG ("kafka-brokers: kafka:9092"; see cdc-outbox.example.yaml).
+The command line wins over the environment, which wins over the file.
 `
 
 func main() {
