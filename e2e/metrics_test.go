@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,6 +93,38 @@ func TestMetricsMoveWhileEventsFlow(t *testing.T) {
 	})
 	if last[`cdc_outbox_connected{target="postgres"}`] != 1 || last[`cdc_outbox_connected{target="kafka"}`] != 1 || last["cdc_outbox_ready"] != 1 {
 		t.Errorf("connected/ready: %v %v %v", last[`cdc_outbox_connected{target="postgres"}`], last[`cdc_outbox_connected{target="kafka"}`], last["cdc_outbox_ready"])
+	}
+	s.stop()
+}
+
+// TestTableRecreatedIsReported: an outbox table dropped and created again
+// leaves the publication, so its inserts are not streamed. The streamer
+// cannot see what it is not sent; it notices from the catalog, says so in
+// its log and in /readyz.
+func TestTableRecreatedIsReported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.start("--slot-poll-interval", "1s")
+	e.waitStreaming()
+	addr := s.httpAddr()
+	testenv.Exec(t, e.url, `DROP TABLE outbox`)
+	sql, err := os.ReadFile("../sql/publication.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Recreate the table only: the publication still exists, without it.
+	testenv.Exec(t, e.url, strings.Split(string(sql), "DO $$")[0])
+	eventually(t, 30*time.Second, "/readyz to report the table missing from the publication", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 503 && strings.Contains(string(body), "is not in publication")
+	})
+	if !strings.Contains(s.logText(), "the outbox table is not in the publication") {
+		t.Fatalf("no error logged:\n%s", s.logText())
 	}
 	s.stop()
 }

@@ -88,12 +88,17 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 	// here once built, and metrics read 0 until then.
 	var parts atomic.Pointer[dataPath]
 	var kafkaUp kafkaState
+	var published atomic.Bool // the outbox table is in the publication, as last checked
+	published.Store(true)
 	src := sources(&parts)
 	src.Ready = func() (bool, string) {
 		dp := parts.Load()
 		var missing []string
 		if dp == nil || !dp.stream.Connected() {
 			missing = append(missing, "not streaming from PostgreSQL (starting, reconnecting, or another instance holds the slot)")
+		}
+		if !published.Load() {
+			missing = append(missing, fmt.Sprintf("table %s is not in publication %s: its inserts are not streamed", c.Table, c.Publication))
 		}
 		if !kafkaUp.up() {
 			missing = append(missing, "Kafka does not answer metadata requests")
@@ -165,7 +170,7 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p})
 
 	bg.goLoop(func(ctx context.Context) { pingKafka(ctx, snk, &kafkaUp, m, log) })
-	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c.PostgresURL, c.Slot, c.SlotPollInterval, m, log) })
+	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c, &published, m, log) })
 
 	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", c.Table, "brokers", c.KafkaBrokers)
 	return st.Run(ctx)
@@ -285,10 +290,13 @@ func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Me
 	}
 }
 
-// pollSlot reads the slot's state on a normal connection every interval:
-// retained WAL, active, wal_status. The database's view is the one that
-// matters when the streamer itself is stuck.
-func pollSlot(ctx context.Context, url, slot string, every time.Duration, m *metrics.Metrics, log *slog.Logger) {
+// pollSlot reads the slot's state on a normal connection every
+// --slot-poll-interval: retained WAL, active, wal_status. The database's
+// view is the one that matters when the streamer itself is stuck. It also
+// checks that the outbox table is still in the publication: a table dropped
+// and created again silently leaves it, and nothing would be streamed.
+func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metrics.Metrics, log *slog.Logger) {
+	schema, table := replication.SplitTable(c.Table)
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -299,28 +307,39 @@ func pollSlot(ctx context.Context, url, slot string, every time.Duration, m *met
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var err error
 		if conn == nil || conn.IsClosed() {
-			conn, err = pgx.Connect(qctx, url)
+			conn, err = pgx.Connect(qctx, c.PostgresURL)
 			if err != nil {
 				conn = nil
 			}
 		}
 		if err == nil {
 			var info replication.SlotInfo
-			info, err = replication.ReadSlot(qctx, conn, slot)
+			info, err = replication.ReadSlot(qctx, conn, c.Slot)
 			if err == nil {
 				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
 			} else if errors.Is(err, replication.ErrSlotMissing) {
 				m.Slot(false, 0, "")
 			}
 		}
+		if err == nil {
+			var ok bool
+			if ok, err = replication.Publishes(qctx, conn, c.Publication, schema, table); err == nil {
+				published.Store(ok)
+				if !ok {
+					log.Error("the outbox table is not in the publication: its inserts are not streamed. Was it dropped and created again? "+
+						"Run ALTER PUBLICATION ... ADD TABLE, then re-publish the rows inserted since it left",
+						"table", c.Table, "publication", c.Publication)
+				}
+			}
+		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			log.Warn("could not read the replication slot's state", "slot", slot, "error", redact(err))
+			log.Warn("could not read the replication slot's state", "slot", c.Slot, "error", redact(err))
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(c.SlotPollInterval):
 		}
 	}
 }

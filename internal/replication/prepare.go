@@ -95,9 +95,7 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, schema, ta
 	if !inserts {
 		return fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", s.Publication, pub)
 	}
-	var contains bool
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
-		s.Publication, schema, table).Scan(&contains)
+	contains, err := Publishes(ctx, conn, s.Publication, schema, table)
 	if err != nil {
 		return fmt.Errorf("read tables of publication %s: %w", s.Publication, err)
 	}
@@ -142,4 +140,14 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 			"events in that WAL are gone from the stream and must be recovered from the outbox table; then drop and recreate the slot deliberately", s.Slot, confirmed)
 	}
 	return confirmed, nil
+}
+
+// Publishes reports whether the publication contains schema.table. A table
+// that is dropped and created again leaves its publication: its inserts are
+// then not streamed at all, so the streamer checks this while it runs too.
+func Publishes(ctx context.Context, conn *pgx.Conn, publication, schema, table string) (bool, error) {
+	var contains bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
+		publication, schema, table).Scan(&contains)
+	return contains, err
 }
