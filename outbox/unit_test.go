@@ -1,0 +1,145 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidateTraceparent(t *testing.T) {
+	t.Parallel()
+	const good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tc := range []struct {
+		s  string
+		ok bool
+	}{
+		{good, true},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", true},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", true},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future", true},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", false}, // version 00 is exactly 55
+		{"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false},
+		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", false}, // upper case
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", false}, // misplaced dash
+		{"00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g", false},
+		{"0g-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", false},
+		{"", false},
+	} {
+		err := ValidateTraceparent(tc.s)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateTraceparent(%q) = %v, want ok=%v", tc.s, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidTraceparent) {
+			t.Errorf("ValidateTraceparent(%q) = %v, want it to wrap ErrInvalidTraceparent", tc.s, err)
+		}
+	}
+}
+
+func TestWithTraceparent(t *testing.T) {
+	t.Parallel()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	bg := context.Background()
+
+	if got := WithTraceparent(bg, nil); got != nil {
+		t.Errorf("no traceparent in ctx: got %v, want nil (NULL headers)", got)
+	}
+	if _, ok := TraceparentFromContext(ContextWithTraceparent(bg, "garbage")); ok {
+		t.Error("an invalid traceparent was stored in the context")
+	}
+
+	ctx := ContextWithTraceparent(bg, " "+tp+"\t")
+	if got, ok := TraceparentFromContext(ctx); !ok || got != tp {
+		t.Fatalf("TraceparentFromContext = %q, %v; want %q (trimmed)", got, ok, tp)
+	}
+	if got := WithTraceparent(ctx, nil); len(got) != 1 || got[TraceparentHeader] != tp {
+		t.Errorf("WithTraceparent(nil) = %v", got)
+	}
+	in := map[string]string{"tenant": "t1"}
+	got := WithTraceparent(ctx, in)
+	if len(got) != 2 || got[TraceparentHeader] != tp || got["tenant"] != "t1" {
+		t.Errorf("WithTraceparent = %v", got)
+	}
+	if len(in) != 1 {
+		t.Errorf("WithTraceparent modified its argument: %v", in)
+	}
+	own := map[string]string{TraceparentHeader: "00-11111111111111111111111111111111-2222222222222222-00"}
+	if got := WithTraceparent(ctx, own); got[TraceparentHeader] != own[TraceparentHeader] {
+		t.Errorf("WithTraceparent replaced the caller's own traceparent: %v", got)
+	}
+}
+
+func TestEventValidation(t *testing.T) {
+	t.Parallel()
+	ok := Event{AggregateType: "payment", AggregateID: "pay-1", EventType: "PaymentCreated", Payload: []byte(`{"a":1}`)}
+	if _, err := eventArgs(ok); err != nil {
+		t.Fatalf("valid event rejected: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		mod  func(*Event)
+		want error
+		text string
+	}{
+		"empty aggregate type": {func(e *Event) { e.AggregateType = "" }, ErrInvalidEvent, "AggregateType is empty"},
+		"empty aggregate id":   {func(e *Event) { e.AggregateID = "" }, ErrInvalidEvent, "AggregateID is empty"},
+		"empty event type":     {func(e *Event) { e.EventType = "" }, ErrInvalidEvent, "EventType is empty"},
+		"NUL in aggregate id":  {func(e *Event) { e.AggregateID = "a\x00b" }, ErrInvalidEvent, "NUL"},
+		"bad UTF-8":            {func(e *Event) { e.EventType = "\xff" }, ErrInvalidEvent, "UTF-8"},
+		"nil payload":          {func(e *Event) { e.Payload = nil }, ErrInvalidPayload, "not valid JSON"},
+		"truncated payload":    {func(e *Event) { e.Payload = []byte(`{"a":`) }, ErrInvalidPayload, `"{\"a\":"`},
+		"reserved header id":   {func(e *Event) { e.Headers = map[string]string{"id": "7"} }, ErrInvalidEvent, `"id" is set by the streamer`},
+		"empty header key":     {func(e *Event) { e.Headers = map[string]string{"": "x"} }, ErrInvalidEvent, "empty key"},
+		"NUL in header":        {func(e *Event) { e.Headers = map[string]string{"k": "\x00"} }, ErrInvalidEvent, "NUL"},
+		"huge header":          {func(e *Event) { e.Headers = map[string]string{"k": strings.Repeat("x", MaxHeaderBytes+1)} }, ErrInvalidEvent, "header limit"},
+		"huge event type":      {func(e *Event) { e.EventType = strings.Repeat("x", MaxHeaderBytes+1) }, ErrInvalidEvent, "header limit"},
+	} {
+		e := ok
+		tc.mod(&e)
+		_, err := eventArgs(e)
+		if !errors.Is(err, tc.want) || !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("%s: err = %v; want %v containing %q", name, err, tc.want, tc.text)
+		}
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	t.Parallel()
+	w, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `INSERT INTO "public"."outbox" ("aggregate_type", "aggregate_id", "event_type", "payload", "headers") VALUES ($1, $2, $3, $4, $5) RETURNING "id"`
+	if w.insert != want || w.delete != "" {
+		t.Errorf("default insert:\n got %s\nwant %s (delete %q)", w.insert, want, w.delete)
+	}
+	w, err = New(Config{Table: `we"ird`, IDColumn: "event id", DeleteAfterInsert: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(w.insert, `INSERT INTO "we""ird" (`) || !strings.HasSuffix(w.insert, `RETURNING "event id"`) ||
+		w.delete != `DELETE FROM "we""ird" WHERE "event id" = $1` {
+		t.Errorf("quoted names: insert %s, delete %s", w.insert, w.delete)
+	}
+	for _, cfg := range []Config{
+		{Table: "a.b.c"},
+		{Table: "a."},
+		{PayloadColumn: "x", HeadersColumn: "x"},
+		{PayloadColumn: "id"},
+		{EventTypeColumn: "\xff"},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted a bad config", cfg)
+		}
+	}
+	if _, err := Write(context.Background(), nil, Event{}); !errors.Is(err, ErrNoTx) {
+		t.Errorf("Write(nil tx) = %v, want ErrNoTx", err)
+	}
+	if _, err := WriteSQL(context.Background(), nil, Event{}); !errors.Is(err, ErrNoTx) {
+		t.Errorf("WriteSQL(nil tx) = %v, want ErrNoTx", err)
+	}
+}
