@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,8 +31,8 @@ func (p *Pipeline) bad(lsn pglogrepl.LSN, ev *decoder.Event, err error) error {
 	}
 	if p.cfg.OnBadEvent == Fail {
 		p.obs.Bad("failed")
-		return fmt.Errorf("bad event %s at LSN %s: %v; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside",
-			id, lsn, be)
+		return fmt.Errorf("bad event %s at LSN %s: %s; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside",
+			id, lsn, cause(be))
 	}
 	pd := p.newPending(lsn)
 	pd.rec.Topic = p.cfg.DeadLetterTopic
@@ -47,6 +48,15 @@ func (p *Pipeline) bad(lsn pglogrepl.LSN, ev *decoder.Event, err error) error {
 	p.log.Warn("bad event sent to the dead-letter topic", "event_id", id, "lsn", lsn, "topic", p.cfg.DeadLetterTopic, "error", be)
 	p.send(pd)
 	return nil
+}
+
+// cause is the error without the event id, which the caller's message
+// already names.
+func cause(be *mapping.BadEventError) string {
+	if be.Column == "" {
+		return be.Reason
+	}
+	return "column " + strconv.Quote(be.Column) + ": " + be.Reason
 }
 
 // rawRow renders every column of the row as a JSON object of column name to

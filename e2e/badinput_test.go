@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// badRow is an outbox row the streamer cannot publish, and the words its
+// error must contain.
+type badRow struct {
+	name   string
+	insert string // SQL inserting one bad row into outbox, RETURNING id::text
+	cause  string
+}
+
+// The outbox table of these tests drops the NOT NULL constraints and takes
+// a text payload, so rows can be as bad as a careless service makes them.
+const looseOutbox = `DROP PUBLICATION cdc_outbox; DROP TABLE outbox;
+CREATE TABLE outbox (id bigserial PRIMARY KEY, aggregate_type text, aggregate_id text, event_type text,
+	payload text, headers jsonb, created_at timestamptz DEFAULT now());
+CREATE PUBLICATION cdc_outbox FOR TABLE outbox WITH (publish = 'insert');`
+
+var badRows = []badRow{
+	{"null payload", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', NULL) RETURNING id::text`, `"payload"`},
+	{"payload not json", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', 'not json {') RETURNING id::text`, `"payload"`},
+	{"headers not an object", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', '[1,2]') RETURNING id::text`, `"headers"`},
+	{"1 MB header value", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', jsonb_build_object('big', repeat('x', 1048576))) RETURNING id::text`, `"headers"`},
+	{"null aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', NULL, 'E', '{}') RETURNING id::text`, `"aggregate_id"`},
+	{"empty aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', '', 'E', '{}') RETURNING id::text`, `"aggregate_id"`},
+	{"invalid topic", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('no/such topic', 'a1', 'E', '{}') RETURNING id::text`, "topic"},
+	{"larger than the broker accepts", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', '"' || repeat('x', 1100000) || '"') RETURNING id::text`, "max-record-bytes"},
+}
+
+// TestBadInputFail: under --on-bad-event=fail each bad row stops the
+// stream with its event id, LSN and cause, and the slot stays before it.
+func TestBadInputFail(t *testing.T) {
+	t.Parallel()
+	for _, bad := range badRows {
+		t.Run(bad.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			testenv.Exec(t, e.url, looseOutbox)
+			s := e.start()
+			e.waitStreaming()
+			var id string
+			if err := e.pool.QueryRow(testenv.Context(t), bad.insert).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			after := e.currentLSN()
+			if err := s.exited(60 * time.Second); err == nil {
+				t.Fatal("the streamer exited 0 after a bad event under fail")
+			}
+			log := strings.ReplaceAll(s.logText(), `\"`, `"`) // JSON log lines escape quotes
+			if !strings.Contains(log, "bad event "+id+" at LSN ") || !strings.Contains(log, bad.cause) {
+				t.Fatalf("the error lacks event %s, its LSN or %q:\n%s", id, bad.cause, log)
+			}
+			if confirmed, _ := e.slotLSNs(); confirmed >= after {
+				t.Fatalf("the slot confirmed %d, past the bad event (WAL at %d after it)", confirmed, after)
+			}
+		})
+	}
+}
+
+// TestBadInputDeadLetter: under --on-bad-event=dead-letter each bad row
+// goes to the dead-letter topic with its id and an error header, and the
+// events after it still arrive.
+func TestBadInputDeadLetter(t *testing.T) {
+	t.Parallel()
+	for _, bad := range badRows {
+		t.Run(bad.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			testenv.Exec(t, e.url, looseOutbox)
+			dlq := e.prefix + ".dead-letter"
+			s := e.start("--on-bad-event", "dead-letter", "--dead-letter-topic", dlq)
+			e.waitStreaming()
+			ctx := testenv.Context(t)
+			var id string
+			if err := e.pool.QueryRow(ctx, bad.insert).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			wl := newWorkload(e)
+			if err := wl.write(ctx, 0, 10, 5, "payment", false); err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := wl.verify([]string{"payment"}, time.Minute); v.missing != 0 {
+				t.Fatalf("events after the bad one: %s", v)
+			}
+			cl := testenv.KafkaClient(t, kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+				kgo.FetchMaxBytes(8<<20))
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			fetches := cl.PollRecords(pctx, 1)
+			if err := fetches.Err(); err != nil {
+				t.Fatalf("read the dead-letter topic: %v", err)
+			}
+			r := fetches.Records()[0]
+			if header(r, "id") != id || !strings.Contains(header(r, "error"), bad.cause) || header(r, "lsn") == "" {
+				t.Fatalf("dead-letter record: id %q error %q lsn %q", header(r, "id"), header(r, "error"), header(r, "lsn"))
+			}
+			s.stop()
+		})
+	}
+}
+
+// TestBadEventResumesAfterFix: a row too large for --max-record-bytes stops
+// the stream; after raising the limit, a restart resumes at that row and
+// delivers it and what followed.
+func TestBadEventResumesAfterFix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.start("--max-record-bytes", "2048")
+	e.waitStreaming()
+	ctx := testenv.Context(t)
+	var id string
+	if err := e.pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('payment', 'big', 'E', jsonb_build_object('pad', repeat('x', 4000))) RETURNING id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	wl := newWorkload(e)
+	if err := wl.write(ctx, 0, 10, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.exited(60 * time.Second); err == nil {
+		t.Fatal("the streamer exited 0 after an oversize event")
+	}
+	wl.events = append(wl.events, written{id: id, aggregate: "big", seq: 1 << 30})
+	s = e.start("--max-record-bytes", "1048576")
+	v, _ := wl.verify([]string{"payment"}, time.Minute)
+	t.Logf("after the fix: %s", v)
+	if v.missing != 0 {
+		t.Fatalf("after the fix: %s; missing %v", v, v.missingIDs)
+	}
+	s.stop()
+}
