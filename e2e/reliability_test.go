@@ -175,3 +175,29 @@ func TestSlotDroppedWhileRunning(t *testing.T) {
 		t.Fatal("the streamer re-created the dropped slot")
 	}
 }
+
+// TestDroppedSlotIsNotRecreatedSilently: after the slot cdc-outbox created
+// is dropped, the next start refuses to create it again (that would skip
+// every change since) until --recreate-slot says so.
+func TestDroppedSlotIsNotRecreatedSilently(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.start()
+	e.waitStreaming()
+	s.stop()
+	testenv.Exec(t, e.url, `SELECT pg_drop_replication_slot($1)`, e.slot)
+
+	s = e.start()
+	if err := s.exited(60 * time.Second); err == nil {
+		t.Fatal("the streamer exited 0 with its slot gone")
+	}
+	if log := s.logText(); !strings.Contains(log, "--recreate-slot") || !strings.Contains(log, "would skip every change") {
+		t.Fatalf("the error does not explain the missing slot:\n%s", log)
+	}
+	s = e.start("--recreate-slot")
+	e.waitStreaming()
+	if !strings.Contains(s.logText(), "re-created the replication slot") {
+		t.Fatalf("no warning that changes were skipped:\n%s", s.logText())
+	}
+	s.stop()
+}

@@ -121,6 +121,7 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 		Slot:              c.Slot,
 		CreatePublication: c.CreatePublication,
 		CreateSlot:        c.CreateSlot,
+		RecreateSlot:      c.RecreateSlot,
 	}, log)
 	cancel()
 	if err != nil {

@@ -18,6 +18,9 @@ type Setup struct {
 	Slot              string
 	CreatePublication bool
 	CreateSlot        bool
+	// RecreateSlot allows creating a slot that existed before and is gone,
+	// knowing that the changes since it was dropped are not streamed.
+	RecreateSlot bool
 }
 
 // SplitTable splits "schema.table" (or "table", meaning public.table).
@@ -114,16 +117,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 		Scan(&plugin, &database, &confirmed, &walStatus, &current)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.CreateSlot:
-		var lsn string
-		if err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, s.Slot).Scan(&lsn); err != nil {
-			return 0, fmt.Errorf("create replication slot %s: %w", s.Slot, err)
-		}
-		start, err := pglogrepl.ParseLSN(lsn)
-		if err != nil {
-			return 0, err
-		}
-		log.Info("created replication slot", "slot", s.Slot, "lsn", start)
-		return start, nil
+		return createSlot(ctx, conn, s, log)
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("replication slot %q does not exist: start with --create-slot, or run SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", s.Slot, s.Slot)
 	case err != nil:
@@ -151,3 +145,51 @@ func Publishes(ctx context.Context, conn *pgx.Conn, publication, schema, table s
 		publication, schema, table).Scan(&contains)
 	return contains, err
 }
+
+// slotMarker is how cdc-outbox remembers, in the publication's comment,
+// which slots it created. A slot that is missing but remembered was dropped
+// (or lost) after streaming: creating it again would silently skip every
+// change since, so that takes --recreate-slot.
+const slotMarker = "cdc-outbox created replication slots:"
+
+func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
+	var comment string
+	err := conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`,
+		s.Publication).Scan(&comment)
+	if err != nil {
+		return 0, fmt.Errorf("read the comment of publication %s: %w", s.Publication, err)
+	}
+	remembered := strings.Contains(comment, " "+s.Slot+" (")
+	if remembered && !s.RecreateSlot {
+		return 0, fmt.Errorf("replication slot %q existed (cdc-outbox created it; the publication's comment says %q) and is gone: "+
+			"creating it again would skip every change committed since it was dropped. Re-publish the outbox rows committed since then "+
+			"from the table, then start once with --recreate-slot", s.Slot, comment)
+	}
+	var lsn string
+	if err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, s.Slot).Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("create replication slot %s: %w", s.Slot, err)
+	}
+	start, err := pglogrepl.ParseLSN(lsn)
+	if err != nil {
+		return 0, err
+	}
+	if remembered {
+		log.Warn("re-created the replication slot (--recreate-slot): changes committed before it are not streamed", "slot", s.Slot, "lsn", start)
+		return start, nil
+	}
+	log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start)
+	if !strings.HasPrefix(comment, slotMarker) {
+		comment = slotMarker
+	}
+	comment += fmt.Sprintf(" %s (%s)", s.Slot, start)
+	_, err = conn.Exec(ctx, fmt.Sprintf("COMMENT ON PUBLICATION %s IS %s", pgx.Identifier{s.Publication}.Sanitize(), quoteLiteral(comment)))
+	if err != nil {
+		// Only the owner may comment. Without the marker a dropped slot
+		// cannot be told from a first start, so say so now.
+		log.Warn("could not remember the slot in the publication's comment; if the slot is ever dropped, the next start creates a new one without asking",
+			"publication", s.Publication, "error", err)
+	}
+	return start, nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
