@@ -6,7 +6,7 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build demo test test-unit lint fuzz clean
+.PHONY: build demo test test-unit lint fuzz clean bench
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -33,6 +33,15 @@ lint:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./internal/decoder
+
+# The streamer against pg_recvlogical and a minimal Go reader (backlog
+# drain), at fixed rates (latency, CPU, memory) and through a SIGKILL
+# (duplicates), on the local servers (started here unless
+# CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point
+# elsewhere). Writes bench/results/latest.md and latest.svg; ~10 minutes.
+# Quick run: go run ./bench -events 20000 -steady 5s -rates 200,500 -out /tmp/b
+bench:
+	scripts/with-servers.sh $(GO) run ./bench
 
 # Stops and removes the local servers' data; the downloaded Kafka jars stay.
 clean:

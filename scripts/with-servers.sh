@@ -6,7 +6,8 @@
 # A server whose address is already set (CDC_OUTBOX_TEST_POSTGRES_URL,
 # CDC_OUTBOX_TEST_KAFKA_BROKERS) is used as it is. Otherwise the local one is
 # started (scripts/postgres.sh, scripts/kafka.sh), its address exported, and it
-# is stopped again when the command ends, whether it passed or not. For the
+# is stopped again when the command ends, whether it passed or not (one that
+# was already running is left running). For the
 # local servers CDC_OUTBOX_TEST_POSTGRES_CTL / CDC_OUTBOX_TEST_KAFKA_CTL name
 # the control scripts, so fault tests can stop, kill and restart them.
 set -euo pipefail
@@ -21,13 +22,15 @@ trap cleanup EXIT
 
 "$repo/scripts/deps.sh"
 
+# A server that is already running (someone started it by hand) is used and
+# left running; only what this script starts, it stops.
 if [ -z "${CDC_OUTBOX_TEST_KAFKA_BROKERS:-}" ]; then
-	started+=(kafka)
+	"$repo/scripts/kafka.sh" status >/dev/null || started+=(kafka)
 	"$repo/scripts/kafka.sh" start &
 	kafka=$!
 fi
 if [ -z "${CDC_OUTBOX_TEST_POSTGRES_URL:-}" ]; then
-	started+=(postgres)
+	"$repo/scripts/postgres.sh" status >/dev/null || started+=(postgres)
 	"$repo/scripts/postgres.sh" start
 	export CDC_OUTBOX_TEST_POSTGRES_URL="$("$repo/scripts/postgres.sh" url)"
 	export CDC_OUTBOX_TEST_POSTGRES_CTL="$repo/scripts/postgres.sh"

@@ -1,0 +1,246 @@
+// Command bench measures cdc-outbox on this machine against the limits that
+// matter for it, and writes a report (bench/results/latest.md and .svg):
+//
+//  1. Backlog drain: a million outbox events already in the WAL, read by
+//     pg_recvlogical and by a minimal Go reader (the limit: what the
+//     server's walsender can decode and send) and by the streamer (which
+//     also maps, produces to Kafka and waits for the acks).
+//  2. Steady load: writers at fixed rates; the streamer's commit→ack latency,
+//     CPU per event and memory.
+//  3. Crash: SIGKILL under load, restart, and count what Kafka got twice.
+//
+// It needs a PostgreSQL superuser URL in CDC_OUTBOX_TEST_POSTGRES_URL and a
+// broker in CDC_OUTBOX_TEST_KAFKA_BROKERS; `make bench` starts local ones.
+// Everything it creates (a bench_<random> database, its slots, its topics)
+// is removed at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	events     int
+	steady     time.Duration
+	rates      []int
+	out        string
+	skipDrain  bool
+	skipSteady bool
+	skipCrash  bool
+	crashRate  int
+	crashFor   time.Duration
+}
+
+func parseFlags(args []string) (options, error) {
+	o := options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&o.events, "events", 1000000, "events in each backlog-drain workload")
+	fs.DurationVar(&o.steady, "steady", 60*time.Second, "duration of each steady-load rate")
+	rates := fs.String("rates", "1000,5000", "steady-load rates in events/s, comma-separated")
+	fs.StringVar(&o.out, "out", "bench/results", "folder for latest.md and latest.svg")
+	fs.BoolVar(&o.skipDrain, "skip-drain", false, "skip the backlog drain")
+	fs.BoolVar(&o.skipSteady, "skip-steady", false, "skip the steady load")
+	fs.BoolVar(&o.skipCrash, "skip-crash", false, "skip the crash-duplicates run")
+	fs.IntVar(&o.crashRate, "crash-rate", 2000, "events/s of the load during the crash run")
+	fs.DurationVar(&o.crashFor, "crash-duration", 10*time.Second, "duration of the load during the crash run (the streamer is killed half-way)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	for _, r := range strings.Split(*rates, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		n, err := strconv.Atoi(r)
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("-rates: %q is not a positive number", r)
+		}
+		o.rates = append(o.rates, n)
+	}
+	if o.events <= 0 || o.steady <= 0 || o.crashRate <= 0 || o.crashFor <= 0 {
+		return o, errors.New("-events, -steady, -crash-rate and -crash-duration must be positive")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	// Ctrl-C cancels the run; the deferred clean-up still drops the
+	// database, slots and topics.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, o)
+	stop()
+	os.Exit(code)
+}
+
+var startedAt = time.Now()
+
+// progress prints one line with the time since the run started.
+func progress(format string, args ...any) {
+	el := time.Since(startedAt).Round(time.Second)
+	fmt.Printf("[%02d:%02d] %s\n", int(el.Minutes()), int(el.Seconds())%60, fmt.Sprintf(format, args...))
+}
+
+// heartbeat prints a line every 15 s until stopped, so a long silent step
+// (a reader working through a million events) visibly lives.
+func heartbeat(what string) (stop func()) {
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(15 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				progress("  %s: still running after %s", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func run(ctx context.Context, o options) int {
+	pgURL := os.Getenv("CDC_OUTBOX_TEST_POSTGRES_URL")
+	brokers := os.Getenv("CDC_OUTBOX_TEST_KAFKA_BROKERS")
+	if pgURL == "" || brokers == "" {
+		fmt.Fprintln(os.Stderr, "bench: CDC_OUTBOX_TEST_POSTGRES_URL (a superuser URL) and CDC_OUTBOX_TEST_KAFKA_BROKERS must be set; `make bench` starts local servers and sets both")
+		return 2
+	}
+	root, err := repoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	tmp, err := os.MkdirTemp("", "cdc-outbox-bench")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+
+	progress("building the streamer")
+	bin := filepath.Join(tmp, "cdc-outbox")
+	if err := buildBinary(ctx, root, bin); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+
+	b, err := newBench(ctx, root, tmp, bin, pgURL, strings.Split(brokers, ","))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: setup:", err)
+		return 1
+	}
+	defer b.close()
+	res := &results{info: b.info(ctx, o)}
+	progress("PostgreSQL %s, Kafka %s, %d cores, %s; database %s", res.info.pgVersion, res.info.kafkaVersion, res.info.cores, res.info.goVersion, b.dbName)
+
+	var peak atomic.Uint64
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	go watchLoad(loadCtx, &peak)
+	runErr := b.runPhases(ctx, o, res)
+	stopLoad()
+	res.info.loadPeak = max(math.Float64frombits(peak.Load()), loadAverage())
+	res.info.duration = time.Since(startedAt)
+	if runErr != nil {
+		res.incomplete = runErr.Error()
+		fmt.Fprintln(os.Stderr, "bench: stopped early:", runErr)
+	}
+	fmt.Println()
+	fmt.Print(res.text())
+	if runErr != nil {
+		// A partial report must not replace the last complete one.
+		progress("incomplete run: %s not written", filepath.Join(o.out, "latest.md"))
+		return 1
+	}
+	if err := res.write(o.out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: write report:", err)
+		return 1
+	}
+	progress("wrote %s and %s", filepath.Join(o.out, "latest.md"), filepath.Join(o.out, "latest.svg"))
+	if res.crash != nil && res.crash.missing > 0 {
+		// Losing events is a correctness bug, not a missed target.
+		return 1
+	}
+	return 0
+}
+
+func (b *bench) runPhases(ctx context.Context, o options, res *results) error {
+	if !o.skipDrain {
+		rl, err := findRecvlogical()
+		if err != nil {
+			return err
+		}
+		// The readers take turns in a different order per workload, so
+		// that neither a warm page cache nor a cold start favours one.
+		orders := [][]string{
+			{readerRecvlogical, readerStreamer, readerGo},
+			{readerGo, readerStreamer, readerRecvlogical},
+		}
+		for i, perTx := range []int{1, 100} {
+			d, err := b.drain(ctx, rl, o.events, perTx, orders[i])
+			if err != nil {
+				return fmt.Errorf("drain (%d per transaction): %w", perTx, err)
+			}
+			res.drains = append(res.drains, d)
+		}
+	}
+	if !o.skipSteady {
+		rs, err := b.steadyLoads(ctx, o.rates, o.steady)
+		res.steady = rs
+		if err != nil {
+			return fmt.Errorf("steady load: %w", err)
+		}
+	}
+	if !o.skipCrash {
+		c, err := b.crash(ctx, o.crashRate, o.crashFor)
+		if err != nil {
+			return fmt.Errorf("crash: %w", err)
+		}
+		res.crash = &c
+	}
+	return nil
+}
+
+// repoRoot is the module root: `go run ./bench` runs from it, but the
+// harness also works from a subfolder.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "cmd", "cdc-outbox")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from the cdc-outbox repository (no go.mod with cmd/cdc-outbox above the current folder)")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// readBacklog is the second reference: the least a Go program must do to
+// take a slot's backlog off the server with the same protocol and plugin
+// options as the streamer. It receives and discards every message, counts
+// the inserts, and sends a status update only every 10 s, so what it
+// measures is the walsender's decoding plus the wire, not a client. It stops
+// once the stream has passed end: an XLogData at or beyond it, or a
+// keepalive whose ServerWALEnd is at or beyond it (the walsender sends
+// those once it has decoded and sent everything up to that point).
+func readBacklog(ctx context.Context, url, slot, publication string, end pglogrepl.LSN) (inserts int, err error) {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return 0, err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "cdc-outbox-bench-reader"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		"publication_names " + quoteLiteral(pgx.Identifier{publication}.Sanitize()),
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("start replication: %w", err)
+	}
+
+	// ReceiveMessage with context.Background() skips pgconn's per-call
+	// context watcher (a goroutine hand-off per message); cancellation is
+	// done by closing the connection instead.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Conn().Close() })
+	defer stop()
+
+	const statusEvery = 10 * time.Second
+	var received pglogrepl.LSN
+	lastStatus := time.Now()
+	for {
+		msg, err := conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if ctx.Err() != nil {
+				return inserts, ctx.Err()
+			}
+			return inserts, err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return inserts, err
+				}
+				if len(x.WALData) > 0 && x.WALData[0] == 'I' {
+					inserts++
+				}
+				received = max(received, x.WALStart)
+				if x.WALStart >= end {
+					return inserts, nil
+				}
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return inserts, err
+				}
+				if k.ServerWALEnd >= end {
+					return inserts, nil
+				}
+				if k.ReplyRequested {
+					lastStatus = time.Time{} // answer now
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return inserts, pgconn.ErrorResponseToPgError(m)
+		default:
+			return inserts, fmt.Errorf("unexpected message %T", msg)
+		}
+		if time.Since(lastStatus) >= statusEvery {
+			err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: received})
+			if err != nil {
+				return inserts, err
+			}
+			lastStatus = time.Now()
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// latencyMetric is the streamer's commit→ack histogram.
+const latencyMetric = "cdc_outbox_end_to_end_latency_seconds"
+
+// steadyResult is one fixed-rate load.
+type steadyResult struct {
+	rate        int     // requested events/s
+	achieved    float64 // committed events/s
+	events      int     // acknowledged by Kafka during the window
+	p50         quant
+	p99         quant
+	p999        quant
+	cpuPerEvent float64 // µs
+	rssMiB      float64
+	writeErrors int64
+}
+
+// warmup runs before the measured window: the first events pay for
+// connections, metadata and the Go runtime growing its heap, which is
+// start-up rather than steady state.
+const warmup = 3 * time.Second
+
+// steadyLoads measures each rate with a fresh streamer on one slot (a rate's
+// peak RSS is then its own), stopped with SIGTERM between rates.
+func (b *bench) steadyLoads(ctx context.Context, rates []int, d time.Duration) ([]steadyResult, error) {
+	const aggType = "steady"
+	slot := b.slot("steady")
+	if err := b.createTopic(ctx, aggType); err != nil {
+		return nil, err
+	}
+	if err := b.createSlot(ctx, slot); err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.dropSlot(context.Background(), slot) }()
+	var out []steadyResult
+	for _, rate := range rates {
+		r, err := b.steady(ctx, slot, aggType, rate, d)
+		if err != nil {
+			return out, fmt.Errorf("%d events/s: %w", rate, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (b *bench) steady(ctx context.Context, slot, aggType string, rate int, d time.Duration) (steadyResult, error) {
+	r := steadyResult{rate: rate}
+	progress("steady %d/s: starting the streamer", rate)
+	s, err := b.startStreamer(slot)
+	if err != nil {
+		return r, err
+	}
+	defer func() { _ = b.stopStreamer(s, 60*time.Second) }()
+	if err := s.waitReady(ctx, 60*time.Second); err != nil {
+		return r, err
+	}
+
+	progress("steady %d/s: %s warm-up, then %s measured", rate, warmup, d)
+	if w := writePaced(ctx, b.pool, rate, warmup, aggType, nil); w.lastErr != nil && ctx.Err() == nil {
+		return r, fmt.Errorf("warm-up writes: %w", w.lastErr)
+	}
+	before, err := s.scrape(ctx)
+	if err != nil {
+		return r, err
+	}
+	cpu0, err := readCPU(s.pid())
+	if err != nil {
+		return r, err
+	}
+
+	var written atomic.Int64
+	done := make(chan pacedResult, 1)
+	go func() { done <- writePaced(ctx, b.pool, rate, d, aggType, &written) }()
+	var w pacedResult
+	tick := time.NewTicker(10 * time.Second)
+wait:
+	for {
+		select {
+		case w = <-done:
+			break wait
+		case <-tick.C:
+			progress("  steady %d/s: %d events committed", rate, written.Load())
+		}
+	}
+	tick.Stop()
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	if w.lastErr != nil {
+		progress("  steady %d/s: %d writes failed, e.g. %v", rate, w.errors, w.lastErr)
+	}
+	r.achieved, r.writeErrors = w.rate(), w.errors
+
+	// Wait for the window's last events to be acknowledged, so its
+	// histogram holds all of them.
+	target := before.sum("cdc_outbox_events_total") + float64(w.written)
+	var after metricSet
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if s.exited() {
+			return r, s.failure("exited during the steady load")
+		}
+		after, err = s.scrape(ctx)
+		if err == nil && after.sum("cdc_outbox_events_total") >= target {
+			break
+		}
+		if time.Now().After(deadline) {
+			return r, s.failure("had not acknowledged the load's events 60s after it ended")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	u, err := readUsage(s.pid())
+	if err != nil {
+		return r, err
+	}
+	r.events = int(after.sum("cdc_outbox_events_total") - before.sum("cdc_outbox_events_total"))
+	if r.events > 0 {
+		r.cpuPerEvent = float64((u.cpu - cpu0).Microseconds()) / float64(r.events)
+	}
+	r.rssMiB = mib(u.hwmKiB)
+	hist := deltaBuckets(after.histogram(latencyMetric), before.histogram(latencyMetric))
+	r.p50, r.p99, r.p999 = quantileOf(0.50, hist), quantileOf(0.99, hist), quantileOf(0.999, hist)
+	progress("steady %d/s: achieved %.0f/s; latency p50 %s p99 %s p99.9 %s; %.1f µs CPU/event; peak RSS %.1f MiB",
+		rate, r.achieved, r.p50, r.p99, r.p999, r.cpuPerEvent, r.rssMiB)
+	return r, b.stopStreamer(s, 60*time.Second)
+}
+
+// quant is an estimated latency quantile.
+type quant struct {
+	sec  float64 // NaN when nothing was observed
+	over bool    // in the +Inf bucket: the true value is above sec
+}
+
+func quantileOf(q float64, bs []bucket) quant {
+	v, over := quantile(q, bs)
+	return quant{sec: v, over: over}
+}
+
+func (q quant) ok() bool { return !math.IsNaN(q.sec) }
+
+// String is the quantile in milliseconds.
+func (q quant) String() string {
+	if !q.ok() {
+		return "n/a"
+	}
+	if q.over {
+		return fmt.Sprintf("> %.0f ms", q.sec*1000)
+	}
+	return fmt.Sprintf("%.1f ms", q.sec*1000)
+}
