@@ -40,6 +40,7 @@ type runConfig struct {
 	ShutdownTimeout   time.Duration
 
 	HTTPAddr         string
+	Pprof            bool
 	SlotPollInterval time.Duration
 
 	LogFormat string
@@ -85,6 +86,7 @@ func runFlags(c *runConfig) *flags {
 	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for in-flight events")
 
 	f.String(&c.HTTPAddr, "http-addr", ":8080", "`address` of the HTTP endpoint serving /metrics, /healthz and /readyz; empty turns it off")
+	f.Bool(&c.Pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP endpoint (CPU and allocation profiles)")
 	f.Duration(&c.SlotPollInterval, "slot-poll-interval", 15*time.Second, "how often to read the slot's retained WAL and wal_status for metrics")
 
 	f.String(&c.LogFormat, "log-format", "text", "log format: text or json")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,17 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, src, metrics.Build{Version: v, Revision: rev})
 	if c.HTTPAddr != "" {
-		if err := serveHTTP(bg, c.HTTPAddr, m.Handler(reg), log); err != nil {
+		h := m.Handler(reg)
+		if c.Pprof {
+			mux := http.NewServeMux()
+			mux.Handle("/", h)
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+			h = mux
+		}
+		if err := serveHTTP(bg, c.HTTPAddr, h, log); err != nil {
 			return err
 		}
 	}
