@@ -23,22 +23,8 @@ func TestNeverConfirmsUnacked(t *testing.T) {
 	s := e.start()
 	e.waitStreaming()
 	wl := newWorkload(e)
-	// One event while the broker is up: the topic and producer id exist, so
-	// what follows only waits for the broker itself.
-	if err := wl.write(ctx, 0, 1, 1, "payment", false); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := wl.verify([]string{"payment"}, time.Minute); v.missing != 0 {
-		t.Fatalf("before the outage: %s", v)
-	}
-
-	testenv.ControlKafka(t, "stop")
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			testenv.ControlKafka(t, "start")
-		}
-	})
+	wl.prime(ctx)
+	brokerUp := brokerFault(t, "stop", "start")
 	if err := wl.write(ctx, 1, 1, 1, "payment", false); err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +40,7 @@ func TestNeverConfirmsUnacked(t *testing.T) {
 		}
 	}
 
-	testenv.ControlKafka(t, "start")
-	restarted = true
+	brokerUp()
 	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
 	t.Logf("verifier after the broker outage: %s", v)
 	if v.missing != 0 || v.orderViolations != 0 {

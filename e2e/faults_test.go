@@ -22,26 +22,13 @@ func TestStatusUpdatesFlowUnderBackpressure(t *testing.T) {
 	s := e.start("--max-inflight-events", "5", "--keepalive-interval", "500ms")
 	e.waitStreaming()
 	wl := newWorkload(e)
-	if err := wl.write(ctx, 0, 1, 1, "payment", false); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := wl.verify([]string{"payment"}, time.Minute); v.missing != 0 {
-		t.Fatalf("before the pause: %s", v)
-	}
-
-	testenv.ControlKafka(t, "pause")
-	resumed := false
-	t.Cleanup(func() {
-		if !resumed {
-			testenv.ControlKafka(t, "resume")
-		}
-	})
+	wl.prime(ctx)
+	resume := brokerFault(t, "pause", "resume")
 	if err := wl.write(ctx, 1, 200, 10, "payment", false); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(6 * time.Second) // three walsender timeouts
-	testenv.ControlKafka(t, "resume")
-	resumed = true
+	resume()
 
 	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
 	t.Logf("verifier after a 6s broker pause: %s", v)
@@ -130,31 +117,19 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 	s := e.start()
 	e.waitStreaming()
 	wl := newWorkload(e)
-	if err := wl.write(ctx, 0, 1, 1, "payment", false); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := wl.verify([]string{"payment"}, time.Minute); v.missing != 0 {
-		t.Fatalf("before the kill: %s", v)
-	}
+	wl.prime(ctx)
 	writing := make(chan error, 2)
 	for w := 1; w <= 2; w++ {
 		go func() { writing <- wl.write(ctx, w, 1000, 10, "payment", false) }()
 	}
 	time.Sleep(300 * time.Millisecond)
-	testenv.ControlKafka(t, "kill")
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			testenv.ControlKafka(t, "start")
-		}
-	})
+	start := brokerFault(t, "kill", "start")
 	for w := 1; w <= 2; w++ {
 		if err := <-writing; err != nil {
 			t.Fatalf("writer: %v", err)
 		}
 	}
-	testenv.ControlKafka(t, "start")
-	restarted = true
+	start()
 	v, _ := wl.verify([]string{"payment"}, 3*time.Minute)
 	t.Logf("verifier across a broker SIGKILL: %s", v)
 	if v.missing != 0 || v.orderViolations != 0 {

@@ -425,6 +425,37 @@ func (e *env) currentLSN() int64 {
 	return lsn
 }
 
+// prime writes one event and waits until it is in Kafka, so the topic and
+// the producer id exist and a fault that follows tests only the fault.
+func (wl *workload) prime(ctx context.Context) {
+	t := wl.e.t
+	t.Helper()
+	if err := wl.write(ctx, 0, 1, 1, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := wl.verify([]string{"payment"}, time.Minute); v.missing != 0 {
+		t.Fatalf("before the fault: %s", v)
+	}
+}
+
+// brokerFault does fault to the shared broker now (stop, kill, pause) and
+// undo (start, resume) when the test calls the returned function, or at
+// cleanup if it never does, so a failing test does not leave the broker
+// down for the rest.
+func brokerFault(t *testing.T, fault, undo string) (undoNow func()) {
+	t.Helper()
+	testenv.ControlKafka(t, fault)
+	done := false
+	undoNow = func() {
+		if !done {
+			done = true
+			testenv.ControlKafka(t, undo)
+		}
+	}
+	t.Cleanup(undoNow)
+	return undoNow
+}
+
 // eventually polls cond every 100ms until it holds or timeout.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

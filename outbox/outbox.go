@@ -168,20 +168,9 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, e Event) (int64, error) {
 	if tx == nil {
 		return 0, ErrNoTx
 	}
-	args, err := eventArgs(e)
-	if err != nil {
-		return 0, err
-	}
-	var id int64
-	if err := tx.QueryRow(ctx, w.insert, args...).Scan(&id); err != nil {
-		return 0, fmt.Errorf("outbox: insert into %s: %w", w.table, err)
-	}
-	if w.deleteAfter {
-		if _, err := tx.Exec(ctx, w.delete, id); err != nil {
-			return 0, fmt.Errorf("outbox: delete event %d after insert from %s: %w", id, w.table, err)
-		}
-	}
-	return id, nil
+	return w.write(e,
+		func(args []any, id *int64) error { return tx.QueryRow(ctx, w.insert, args...).Scan(id) },
+		func(id int64) error { _, err := tx.Exec(ctx, w.delete, id); return err })
 }
 
 // WriteSQL is Write for database/sql, e.g. with the pgx driver
@@ -191,16 +180,24 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, e Event) (int64, erro
 	if tx == nil {
 		return 0, ErrNoTx
 	}
+	return w.write(e,
+		func(args []any, id *int64) error { return tx.QueryRowContext(ctx, w.insert, args...).Scan(id) },
+		func(id int64) error { _, err := tx.ExecContext(ctx, w.delete, id); return err })
+}
+
+// write is Write and WriteSQL after the driver: insert runs the insert and
+// scans the id, del deletes the row again (DeleteAfterInsert).
+func (w *Writer) write(e Event, insert func(args []any, id *int64) error, del func(id int64) error) (int64, error) {
 	args, err := eventArgs(e)
 	if err != nil {
 		return 0, err
 	}
 	var id int64
-	if err := tx.QueryRowContext(ctx, w.insert, args...).Scan(&id); err != nil {
+	if err := insert(args, &id); err != nil {
 		return 0, fmt.Errorf("outbox: insert into %s: %w", w.table, err)
 	}
 	if w.deleteAfter {
-		if _, err := tx.ExecContext(ctx, w.delete, id); err != nil {
+		if err := del(id); err != nil {
 			return 0, fmt.Errorf("outbox: delete event %d after insert from %s: %w", id, w.table, err)
 		}
 	}
