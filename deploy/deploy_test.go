@@ -175,11 +175,7 @@ func installPromtool(t *testing.T, dir, bin string) error {
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-10*time.Second))
 		defer cancel()
 	}
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	cmd := exec.CommandContext(ctx, goTool, "install", promtoolPackage+"@"+promtoolVersion)
+	cmd := exec.CommandContext(ctx, "go", "install", promtoolPackage+"@"+promtoolVersion)
 	// GOFLAGS such as -mod=vendor do not apply to pkg@version installs;
 	// GOWORK would make `go install pkg@version` refuse to run.
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "GOWORK=off")
