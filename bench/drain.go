@@ -129,7 +129,7 @@ func (b *bench) drain(ctx context.Context, recvlogical string, n, perTx int, ord
 		case readerGo:
 			r, err = b.drainGoReader(ctx, slots[name], n, end)
 		case readerStreamer:
-			r, err = b.drainStreamer(ctx, slots[name], n)
+			r, err = b.drainStreamer(ctx, slots[name], n, drainResult{perTx: perTx}.name())
 		}
 		if err != nil {
 			return d, fmt.Errorf("%s: %w", name, err)
@@ -169,7 +169,7 @@ func (b *bench) drainGoReader(ctx context.Context, slot string, n int, end pglog
 // drainStreamer times the streamer from process start until its metrics
 // say Kafka acknowledged the whole backlog. Scraping every 100 ms bounds the
 // timing error to about that.
-func (b *bench) drainStreamer(ctx context.Context, slot string, n int) (readerRun, error) {
+func (b *bench) drainStreamer(ctx context.Context, slot string, n int, phase string) (readerRun, error) {
 	r := readerRun{name: readerStreamer}
 	ws := sampleWalsender(ctx, b.pool, slot)
 	defer ws.stop()
@@ -178,6 +178,9 @@ func (b *bench) drainStreamer(ctx context.Context, slot string, n int) (readerRu
 		return r, err
 	}
 	defer func() { _ = b.stopStreamer(s, 60*time.Second) }()
+	// Profile the first seconds of the drain, while the backlog is large.
+	profiled := b.cpuProfile(ctx, s, phase, 10*time.Second)
+	defer profiled()
 	lastLog := time.Now()
 	for {
 		if s.exited() {

@@ -221,6 +221,7 @@ func (b *bench) runPhases(ctx context.Context, o options, res *results) error {
 		}
 		res.crash = &c
 	}
+	res.profiles = b.profiles
 	return nil
 }
 

@@ -40,6 +40,7 @@ func (in runInfo) busyWarning() string {
 
 // results is everything a run measured.
 type results struct {
+	profiles   []profile
 	info       runInfo
 	drains     []drainResult
 	steady     []steadyResult
@@ -288,6 +289,13 @@ func (r *results) markdown() string {
 			}
 		}
 	}
+	if len(r.profiles) > 0 {
+		b.WriteString("\n## Where the streamer's CPU goes\n\nCPU profiles of the streamer (`--pprof`) taken during the run; the files are beside this report " +
+			"(`go tool pprof -top <binary> <file>`).\n")
+		for _, p := range r.profiles {
+			fmt.Fprintf(&b, "\n### %s (`%s`)\n\n```\n%s\n```\n", p.phase, p.file, p.top)
+		}
+	}
 	b.WriteString(notes)
 	return b.String()
 }
@@ -329,10 +337,20 @@ const notes = `
   a few percent as noise.
 `
 
-// write saves latest.md and latest.svg in dir.
+// write saves latest.md and latest.svg in dir, and the CPU profiles beside
+// them.
 func (r *results) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	for _, p := range r.profiles {
+		b, err := os.ReadFile(p.path)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, p.file), b, 0o644); err != nil {
+			return err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "latest.md"), []byte(r.markdown()), 0o644); err != nil {
 		return err

@@ -41,6 +41,7 @@ type bench struct {
 	adm      *kadm.Client
 	topics   map[string]bool
 	running  map[*streamer]struct{}
+	profiles []profile // CPU profiles taken during the run, for the report
 }
 
 func buildBinary(ctx context.Context, root, out string) error {

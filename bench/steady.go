@@ -77,6 +77,9 @@ func (b *bench) steady(ctx context.Context, slot, aggType string, rate int, d ti
 		return r, err
 	}
 
+	// Profile the middle of the measured window.
+	profiled := b.cpuProfile(ctx, s, fmt.Sprintf("steady %d per second", rate), d/2)
+	defer profiled()
 	var written atomic.Int64
 	done := make(chan pacedResult, 1)
 	go func() { done <- writePaced(ctx, b.pool, rate, d, aggType, &written) }()

@@ -48,6 +48,7 @@ func (b *bench) startStreamer(slot string) (*streamer, error) {
 		"--slot", slot,
 		"--topic", b.prefix+".{aggregate_type}",
 		"--http-addr", s.addr,
+		"--pprof",
 		"--log-format", "json",
 	)
 	s.cmd.Env = streamerEnv()
