@@ -36,7 +36,15 @@ func (b *bench) cpuProfile(ctx context.Context, s *streamer, phase string, d tim
 			done <- err
 			return
 		}
-		resp, err := (&http.Client{Timeout: d + 30*time.Second}).Do(req)
+		// The streamer has just been started: retry until its endpoint
+		// listens.
+		var resp *http.Response
+		for range 100 {
+			if resp, err = (&http.Client{Timeout: d + 30*time.Second}).Do(req); err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		if err != nil {
 			done <- err
 			return
@@ -56,6 +64,7 @@ func (b *bench) cpuProfile(ctx context.Context, s *streamer, phase string, d tim
 	return func() profile {
 		p := profile{phase: phase, file: name, path: path}
 		if err := <-done; err != nil {
+			progress("  %s: no CPU profile: %v", phase, err)
 			p.top = "no profile: " + err.Error()
 			return p
 		}
