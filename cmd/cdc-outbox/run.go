@@ -212,8 +212,11 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 		Transactions:       read(func(dp *dataPath) float64 { return float64(dp.ckpt.Transactions()) }),
 		InFlight:           read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlight()) }),
 		InFlightBytes:      read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlightBytes()) }),
-		PostgresConnected:  read(func(dp *dataPath) float64 { return b2f(dp.stream.Connected()) }),
 		PostgresReconnects: read(func(dp *dataPath) float64 { return float64(dp.stream.Reconnects()) }),
+		PostgresConnected: func() bool {
+			dp := parts.Load()
+			return dp != nil && dp.stream.Connected()
+		},
 		Oldest: func() (time.Time, bool) {
 			if dp := parts.Load(); dp != nil {
 				return dp.ckpt.Oldest()
@@ -227,13 +230,6 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			return decoder.SkipCounts{}
 		},
 	}
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // serveHTTP starts the metrics and health endpoint; a port that cannot be

@@ -54,7 +54,7 @@ type Sources struct {
 	Transactions       func() float64
 	InFlight           func() float64
 	InFlightBytes      func() float64
-	PostgresConnected  func() float64 // 0 or 1
+	PostgresConnected  func() bool
 	PostgresReconnects func() float64
 	Oldest             func() (commitTime time.Time, ok bool)
 	Skipped            func() decoder.SkipCounts
@@ -138,7 +138,7 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		desc: prometheus.NewDesc("cdc_outbox_connected", "1 while connected: postgres (streaming) or kafka (answering metadata requests).", []string{"target"}, nil),
 		kind: prometheus.GaugeValue,
 		series: map[string]func() float64{
-			"postgres": src.PostgresConnected,
+			"postgres": func() float64 { return b2f(src.PostgresConnected()) },
 			"kafka":    func() float64 { return b2f(m.kafkaUp.Load()) },
 		},
 	}, &funcs{

@@ -26,7 +26,7 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 		Transactions:       fixed(7),
 		InFlight:           fixed(3),
 		InFlightBytes:      fixed(900),
-		PostgresConnected:  fixed(1),
+		PostgresConnected:  func() bool { return true },
 		PostgresReconnects: fixed(2),
 		Oldest:             func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
 		Skipped:            func() decoder.SkipCounts { return decoder.SkipCounts{Delete: 5} },
