@@ -17,7 +17,21 @@ type badRow struct {
 	name   string
 	insert string // SQL inserting one bad row into outbox, RETURNING id::text
 	cause  string
+	// database holds CREATE DATABASE options when the row needs a database
+	// unlike the default one.
+	database string
 }
+
+// env is the row's test environment with the loose outbox table.
+func (b badRow) env(t *testing.T) *env {
+	e := newEnvIn(t, testenv.DatabaseWith(t, b.database))
+	testenv.Exec(t, e.url, looseOutbox)
+	return e
+}
+
+// sqlASCII makes a database that stores text bytes as they come, unchecked:
+// the only way invalid UTF-8 reaches a text column.
+const sqlASCII = "ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
 
 // The outbox table of these tests drops the NOT NULL constraints and takes
 // a text payload, so rows can be as bad as a careless service makes them.
@@ -27,14 +41,15 @@ CREATE TABLE outbox (id bigserial PRIMARY KEY, aggregate_type text, aggregate_id
 CREATE PUBLICATION cdc_outbox FOR TABLE outbox WITH (publish = 'insert');`
 
 var badRows = []badRow{
-	{"null payload", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', NULL) RETURNING id::text`, `"payload"`},
-	{"payload not json", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', 'not json {') RETURNING id::text`, `"payload"`},
-	{"headers not an object", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', '[1,2]') RETURNING id::text`, `"headers"`},
-	{"1 MB header value", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', jsonb_build_object('big', repeat('x', 1048576))) RETURNING id::text`, `"headers"`},
-	{"null aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', NULL, 'E', '{}') RETURNING id::text`, `"aggregate_id"`},
-	{"empty aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', '', 'E', '{}') RETURNING id::text`, `"aggregate_id"`},
-	{"invalid topic", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('no/such topic', 'a1', 'E', '{}') RETURNING id::text`, "topic"},
-	{"larger than the broker accepts", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', '"' || repeat('x', 1100000) || '"') RETURNING id::text`, "max-record-bytes"},
+	{"null payload", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', NULL) RETURNING id::text`, `"payload"`, ""},
+	{"payload not json", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', 'not json {') RETURNING id::text`, `"payload"`, ""},
+	{"headers not an object", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', '[1,2]') RETURNING id::text`, `"headers"`, ""},
+	{"1 MB header value", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', jsonb_build_object('big', repeat('x', 1048576))) RETURNING id::text`, `"headers"`, ""},
+	{"null aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', NULL, 'E', '{}') RETURNING id::text`, `"aggregate_id"`, ""},
+	{"empty aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', '', 'E', '{}') RETURNING id::text`, `"aggregate_id"`, ""},
+	{"invalid topic", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('no/such topic', 'a1', 'E', '{}') RETURNING id::text`, "topic", ""},
+	{"larger than the broker accepts", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', '"' || repeat('x', 1100000) || '"') RETURNING id::text`, "max-record-bytes", ""},
+	{"invalid UTF-8 key", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', E'caf\xe9', 'E', '{}') RETURNING id::text`, `"aggregate_id": is not valid UTF-8`, sqlASCII},
 }
 
 // TestBadInputFail: under --on-bad-event=fail each bad row stops the
@@ -44,8 +59,7 @@ func TestBadInputFail(t *testing.T) {
 	for _, bad := range badRows {
 		t.Run(bad.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			testenv.Exec(t, e.url, looseOutbox)
+			e := bad.env(t)
 			s := e.start()
 			e.waitStreaming()
 			var id string
@@ -75,8 +89,7 @@ func TestBadInputDeadLetter(t *testing.T) {
 	for _, bad := range badRows {
 		t.Run(bad.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			testenv.Exec(t, e.url, looseOutbox)
+			e := bad.env(t)
 			dlq := e.prefix + ".dead-letter"
 			s := e.start("--on-bad-event", "dead-letter", "--dead-letter-topic", dlq)
 			e.waitStreaming()

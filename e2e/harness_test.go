@@ -57,9 +57,15 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvIn(t, testenv.Database(t))
+}
+
+// newEnvIn is newEnv in the database at url.
+func newEnvIn(t *testing.T, url string) *env {
+	t.Helper()
 	e := &env{
 		t:       t,
-		url:     testenv.Database(t),
+		url:     url,
 		slot:    testenv.Name("slot"),
 		prefix:  testenv.Name("e2e"),
 		brokers: testenv.KafkaBrokers(t),

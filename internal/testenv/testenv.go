@@ -70,6 +70,13 @@ func Context(t testing.TB) context.Context {
 // At cleanup it drops the database and every replication slot in it.
 func Database(t testing.TB) string {
 	t.Helper()
+	return DatabaseWith(t, "")
+}
+
+// DatabaseWith is Database with options for CREATE DATABASE, such as
+// "ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0".
+func DatabaseWith(t testing.TB, options string) string {
+	t.Helper()
 	admin := PostgresURL(t)
 	name := Name("t")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -79,7 +86,7 @@ func Database(t testing.TB) string {
 		t.Fatalf("connect to test PostgreSQL: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" "+options); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
 	t.Cleanup(func() { dropDatabase(t, admin, name) })
