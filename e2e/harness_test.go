@@ -228,9 +228,16 @@ type workload struct {
 	// events are the committed events, in no particular order.
 	events []written
 	seq    map[string]int
+	// insert is the statement writing one event, as the service writes it.
+	insert string
 }
 
-func newWorkload(e *env) *workload { return &workload{e: e, seq: map[string]int{}} }
+const insertEvent = `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
+	VALUES ($1, $2, 'PaymentCreated', $3, $4) RETURNING id`
+
+func newWorkload(e *env) *workload {
+	return &workload{e: e, seq: map[string]int{}, insert: insertEvent}
+}
 
 // write commits n events of aggregate type typ from writer w, in
 // transactions of txSize rows; deleteAfter also deletes each transaction's
@@ -294,8 +301,7 @@ func (wl *workload) attempt(ctx context.Context, w int, plan []planned, typ stri
 	for _, p := range plan {
 		payload := fmt.Sprintf(`{"aggregate": %q, "seq": %d, "note": "caf\u00e9 \ud83d\udcb3"}`, p.aggregate, p.seq)
 		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
-			VALUES ($1, $2, 'PaymentCreated', $3, $4) RETURNING id`,
+		err := tx.QueryRow(ctx, wl.insert,
 			typ, p.aggregate, payload, fmt.Sprintf(`{"traceparent": "00-%032x-%016x-01", "writer": %d}`, w, p.seq, w)).Scan(&id)
 		if err != nil {
 			_ = tx.Rollback(ctx)

@@ -222,8 +222,13 @@ func (s *Stream) explain(err error) error {
 		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
 			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
-		return fmt.Errorf("%w: recreate it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')) and restart; the slot still holds every change after %s, so nothing is lost",
-			err, pgx.Identifier{s.cfg.Publication}.Sanitize(), confirmed)
+		// The server decodes each change with the catalog as it was when
+		// the change was written, so for changes written while the
+		// publication was gone, re-creating it does not help.
+		return fmt.Errorf("%w: it was dropped while the slot still had changes to stream, and the server cannot decode past the drop even once it is re-created. "+
+			"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
+			"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
+			err, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, confirmed)
 	case pgErr.Code == codeUndefinedFile || pgErr.Code == codeObjectNotInState:
 		return fmt.Errorf("%w: the slot can no longer stream (its WAL is gone, wal_status lost); changes after %s must be re-published from the outbox table, then drop and recreate the slot deliberately", err, confirmed)
 	}
@@ -290,6 +295,15 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := s.copyData(conn, m.Data); err != nil {
+				var f fatal
+				if errors.As(err, &f) {
+					// A row that cannot be published stops the stream. What
+					// came before it is settled first, so the restart after
+					// the fix begins at that row's transaction: rows written
+					// before a schema change, still unconfirmed, would
+					// otherwise meet the configuration made for after it.
+					s.settle(conn)
+				}
 				return err
 			}
 		case *pgproto3.ErrorResponse:
@@ -393,6 +407,16 @@ func nextStatus(now time.Time, confirmed, lastSent pglogrepl.LSN, lastSentAt tim
 // shutdown stops reading, waits up to ShutdownTimeout for in-flight records
 // while keeping status updates flowing, then sends the final position.
 func (s *Stream) shutdown(conn *pgconn.PgConn) error {
+	if err := s.drain(conn); err != nil {
+		return err
+	}
+	s.log.Info("stopped", "confirmed_lsn", s.lastSent)
+	return nil
+}
+
+// drain waits up to ShutdownTimeout for in-flight records while keeping
+// status updates flowing, then sends the final position.
+func (s *Stream) drain(conn *pgconn.PgConn) error {
 	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
 	for s.h.InFlight() > 0 && time.Now().Before(deadline) {
 		t := time.NewTimer(s.cfg.StatusInterval)
@@ -412,9 +436,16 @@ func (s *Stream) shutdown(conn *pgconn.PgConn) error {
 	if n := s.h.InFlight(); n > 0 {
 		s.log.Warn("shutdown timeout: records still in flight will be sent again on the next start", "in_flight", n)
 	}
-	if err := s.status(conn, time.Now(), true); err != nil {
-		return err
+	return s.status(conn, time.Now(), true)
+}
+
+// settle is drain on the way out with another error: the records before a
+// row that stops the stream get their acks and their position confirmed,
+// as far as the broker allows within ShutdownTimeout.
+func (s *Stream) settle(conn *pgconn.PgConn) {
+	if err := s.drain(conn); err != nil {
+		s.log.Warn("could not confirm the events before the stopping row; they will be sent again on the next start", "error", err)
+		return
 	}
-	s.log.Info("stopped", "confirmed_lsn", s.lastSent)
-	return nil
+	s.log.Info("confirmed the events before the stopping row", "confirmed_lsn", s.lastSent)
 }
