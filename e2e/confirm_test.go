@@ -11,37 +11,62 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
 
-// TestNeverConfirmsUnacked stops the broker, writes events, and checks that
-// the slot's confirmed_flush_lsn does not pass them; once the broker is back
-// the events arrive, and only then the slot moves past them.
+// TestNeverConfirmsUnacked stops the broker for a full minute while two
+// writers keep committing, and checks all along that the slot's
+// confirmed_flush_lsn does not pass the first event written after the stop.
+// Once the broker is back every event arrives, and only then the slot
+// moves past them. The outage outlasts the server's wal_sender_timeout
+// (60s), and the writers outrun --max-inflight-events, so reading pauses:
+// the replication connection survives only because status updates keep
+// flowing.
 //
 // Not parallel: it stops the one broker every test shares (make test runs
 // packages one at a time, and Go runs parallel tests after this one).
 func TestNeverConfirmsUnacked(t *testing.T) {
 	e := newEnv(t)
 	ctx := testenv.Context(t)
-	s := e.start()
+	s := e.start("--max-inflight-events", "5000")
 	e.waitStreaming()
 	wl := newWorkload(e)
 	wl.prime(ctx)
 	brokerUp := brokerFault(t, "stop", "start")
+	stopped := time.Now()
 	if err := wl.write(ctx, 1, 1, 1, "payment", false); err != nil {
 		t.Fatal(err)
 	}
 	// The first unacked transaction ends at or before this position.
 	firstUnacked := e.currentLSN()
-	if err := wl.write(ctx, 1, 99, 10, "payment", false); err != nil {
-		t.Fatal(err)
+	const outage = time.Minute
+	writing := make(chan error, 2)
+	for w := 2; w <= 3; w++ {
+		go func() {
+			for time.Since(stopped) < outage {
+				if err := wl.write(ctx, w, 10, 10, "payment", false); err != nil {
+					writing <- err
+					return
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			writing <- nil
+		}()
 	}
-	end := e.currentLSN()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for time.Since(stopped) < outage {
 		if confirmed, _ := e.slotLSNs(); confirmed >= firstUnacked {
 			t.Fatalf("broker down, yet the slot confirmed %d, past the first unacknowledged transaction (ends by %d)", confirmed, firstUnacked)
 		}
+		time.Sleep(500 * time.Millisecond)
 	}
+	for w := 2; w <= 3; w++ {
+		if err := <-writing; err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+	}
+	end := e.currentLSN()
 
+	down := time.Since(stopped)
 	brokerUp()
-	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
+	t.Logf("broker stopped for %s while %d events were written", down.Round(time.Second), len(wl.events))
+	v, _ := wl.verify([]string{"payment"}, 3*time.Minute)
 	t.Logf("verifier after the broker outage: %s", v)
 	if v.missing != 0 || v.orderViolations != 0 {
 		t.Fatalf("verifier: %s", v)
@@ -50,6 +75,9 @@ func TestNeverConfirmsUnacked(t *testing.T) {
 		confirmed, _ := e.slotLSNs()
 		return confirmed >= end
 	})
+	if log := s.logText(); strings.Contains(log, "replication connection lost") {
+		t.Fatalf("the replication connection dropped during the outage:\n%s", log)
+	}
 	s.stop()
 }
 
