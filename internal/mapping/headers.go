@@ -7,7 +7,8 @@ import (
 
 // memberIter walks the top-level members of a JSON object without decoding
 // it: a json.Decoder costs several allocations per member, this costs none.
-// It relies on the document having passed json.Valid, so it only has to find
+// It relies on the document being valid JSON (checked by json.Valid, or by
+// PostgreSQL for json and jsonb columns), so it only has to find
 // boundaries, never to diagnose syntax; on other input it stops early and
 // never panics.
 type memberIter struct {

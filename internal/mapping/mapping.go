@@ -368,9 +368,11 @@ func (m *Mapper) scanHeaders(cols []Column, c *Column) (n, size int, err error) 
 	default:
 		return 0, 0, m.bad(cols, column, fmt.Sprintf("has type OID %d; headers must be json or jsonb (or text holding a JSON object)", c.TypeOID))
 	}
-	// json.Valid does not check UTF-8; utf8.Valid covers raw bytes and
-	// unescapedLen the \u escapes.
-	if !json.Valid(c.Data) {
+	// PostgreSQL parsed json and jsonb values when they were written; only
+	// text needs the full syntax check. UTF-8 is checked whatever the type
+	// (json.Valid does not, and a SQL_ASCII database stores any bytes):
+	// utf8.Valid covers raw bytes and unescapedLen the \u escapes.
+	if (c.TypeOID == oidText || c.TypeOID == oidVarchar) && !json.Valid(c.Data) {
 		return 0, 0, m.bad(cols, column, "is not valid JSON; headers must be a JSON object")
 	}
 	if !utf8.Valid(c.Data) {
