@@ -1,9 +1,11 @@
 package replication
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -97,8 +99,7 @@ func (f fatal) Error() string { return f.err.Error() }
 func (f fatal) Unwrap() error { return f.err }
 
 const (
-	nap      = 300 * time.Microsecond
-	napEvery = time.Millisecond
+	readBuffer = 256 << 10
 
 	retryMin   = 100 * time.Millisecond
 	retryMax   = 30 * time.Second
@@ -181,6 +182,12 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
+	// pgproto3 reads the socket 8 KiB at a time, the walsender's own send
+	// buffer. A larger buffer takes what gathered in the socket in one
+	// system call, and the napReader under it lets messages gather.
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(newNapReader(r), readBuffer), w)
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -246,7 +253,7 @@ func serverMajor(version string) int {
 // wal_sender_timeout never fires under backpressure.
 func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	netConn := conn.Conn()
-	var deadline, lastNap time.Time
+	var deadline time.Time
 	for {
 		select {
 		case err := <-s.h.Failed():
@@ -274,16 +281,6 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			if err := netConn.SetReadDeadline(deadline); err != nil {
 				return err
 			}
-		}
-		// Coalesce reads while data flows: the walsender sends each
-		// message on its own, and reading them one by one as they come
-		// costs a system call and a wake-up per message, CPU the walsender
-		// needs on the same machine. A short nap every millisecond lets a
-		// few dozen messages gather, read in one call; it adds at most
-		// that nap to latency.
-		if now.Sub(lastNap) >= napEvery {
-			time.Sleep(nap)
-			lastNap = time.Now()
 		}
 		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
