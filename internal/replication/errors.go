@@ -2,14 +2,23 @@ package replication
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrSlotInUse means another process streams from the slot: this instance
 // is a hot standby and waits.
 var ErrSlotInUse = errors.New("replication slot is in use by another process")
+
+// ErrWALLost means PostgreSQL removed WAL the slot still needed
+// (wal_status lost, the slot invalidated): the slot can never stream the
+// changes in it. Streaming stops for good; only a person can decide to
+// recreate the slot, since that skips those changes.
+var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
 
 // SQLSTATE codes the streamer decides on.
 const (
@@ -31,6 +40,49 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// walLost reports whether a server error says the slot's WAL is gone: the
+// slot was invalidated (START_REPLICATION: "cannot read from logical
+// replication slot", the SQL functions: "can no longer get changes from
+// replication slot", both with the detail "This slot has been invalidated
+// because it exceeded the maximum reserved size"), or a WAL segment it
+// needs was removed. Other errors of the same SQLSTATE (a slot of another
+// database, wal_level too low) are not this.
+func walLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case codeUndefinedFile:
+		return strings.Contains(pgErr.Message, "has already been removed")
+	case codeObjectNotInState:
+		return strings.Contains(pgErr.Message, "can no longer get changes") || strings.Contains(pgErr.Detail, "invalidated")
+	}
+	return false
+}
+
+// walLostError is ErrWALLost for slot, with what it costs and how to
+// recover; cause is the server's error, if there was one.
+func walLostError(slot string, confirmed pglogrepl.LSN, cause error) error {
+	err := fmt.Errorf("replication slot %q: %w. PostgreSQL removed WAL the slot still needed, usually because the slot held more than "+
+		"max_slot_wal_keep_size while cdc-outbox was stopped or behind. Outbox events committed after %s (the last confirmed position) "+
+		"have not reached Kafka and never will through this slot: they are skipped, not delayed, so cdc-outbox stops instead of going on without them. "+
+		"To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, "+
+		"which drops this slot and creates a new one that streams only what commits from then on; "+
+		"to prevent it, raise max_slot_wal_keep_size or alert on cdc_outbox_slot_wal_status{status=\"unreserved\"}",
+		slot, ErrWALLost, confirmed)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(cause, &pgErr) && pgErr.Detail != "":
+		// The detail says why the slot was invalidated; the error alone
+		// does not.
+		err = fmt.Errorf("%w (PostgreSQL said: %w; %s)", err, cause, pgErr.Detail)
+	case cause != nil:
+		err = fmt.Errorf("%w (PostgreSQL said: %w)", err, cause)
+	}
+	return err
 }
 
 // slotInUse reports whether err says another backend holds the slot.

@@ -224,8 +224,8 @@ func (s *Stream) explain(err error) error {
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
 		return fmt.Errorf("%w: recreate it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')) and restart; the slot still holds every change after %s, so nothing is lost",
 			err, pgx.Identifier{s.cfg.Publication}.Sanitize(), confirmed)
-	case pgErr.Code == codeUndefinedFile || pgErr.Code == codeObjectNotInState:
-		return fmt.Errorf("%w: the slot can no longer stream (its WAL is gone, wal_status lost); changes after %s must be re-published from the outbox table, then drop and recreate the slot deliberately", err, confirmed)
+	case walLost(err):
+		return walLostError(s.cfg.Slot, confirmed, err)
 	}
 	return err
 }
