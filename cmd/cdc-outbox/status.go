@@ -195,7 +195,7 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	if err != nil {
 		// The advice first: pgx's error may run over several lines.
 		r.fail(verdictCannotConnect, fmt.Sprintf("cannot connect to PostgreSQL: check --postgres-url (env %s), "+
-			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), redact(err)), err)
+			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), redact(replication.ExplainConnect(err))), err)
 		return r
 	}
 	defer func() {

@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -81,6 +83,46 @@ func walLostError(slot string, confirmed pglogrepl.LSN, cause error) error {
 		err = fmt.Errorf("%w (PostgreSQL said: %w; %s)", err, cause, pgErr.Detail)
 	case cause != nil:
 		err = fmt.Errorf("%w (PostgreSQL said: %w)", err, cause)
+	}
+	return err
+}
+
+// ExplainConnect adds what to check to an error from connecting to
+// PostgreSQL, for the causes a person has to fix: a server certificate that
+// does not verify, a refused password, a pg_hba.conf rule. Other errors are
+// returned as they are. It never adds the password, and the errors it
+// wraps (pgconn's) name only the user and database.
+func ExplainConnect(err error) error {
+	var host x509.HostnameError
+	var authority x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &host):
+		return fmt.Errorf("%w: the server's TLS certificate is not issued for the host in --postgres-url: connect by a name or IP address "+
+			"that the certificate lists (sslmode=verify-full checks it), or reissue the certificate with that name", err)
+	case errors.As(err, &authority):
+		return fmt.Errorf("%w: the server's TLS certificate is not signed by a CA that cdc-outbox trusts: point sslrootcert in --postgres-url "+
+			"(or PGSSLROOTCERT) at the CA certificate that signed the server's", err)
+	case errors.As(err, &invalid):
+		return fmt.Errorf("%w: the server's TLS certificate was refused (expired, not yet valid, or not for a server): renew it on the server", err)
+	case errors.As(err, &verify):
+		return fmt.Errorf("%w: the server's TLS certificate did not verify: check sslrootcert in --postgres-url and the server's certificate", err)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch {
+	case pgErr.Code == codeInvalidPassword:
+		return fmt.Errorf("%w: check the password (in --postgres-url, PGPASSWORD or ~/.pgpass) and that the role has one set "+
+			"(ALTER ROLE ... PASSWORD, or sql/role.sql)", err)
+	case pgErr.Code == codeInvalidAuthSpec && strings.Contains(pgErr.Message, "pg_hba.conf"):
+		return fmt.Errorf("%w: the server's pg_hba.conf does not let this role connect this way: for cdc-outbox, allow the role on the outbox's "+
+			"database (a logical replication connection matches the database name), over TLS with scram-sha-256 (hostssl), "+
+			"and connect with sslmode=verify-full", err)
 	}
 	return err
 }

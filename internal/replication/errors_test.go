@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,5 +44,41 @@ func TestWALLost(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the explanation lacks %q: %v", want, err)
 		}
+	}
+}
+
+// TestExplainConnect: connection errors a person has to fix get the fix;
+// others pass through unchanged.
+func TestExplainConnect(t *testing.T) {
+	wrap := func(err error) error {
+		return fmt.Errorf("failed to connect to `user=u database=d`: 127.0.0.1:5432 (127.0.0.1): %w", err)
+	}
+	tests := []struct {
+		name string
+		err  error
+		want string // "" means unchanged
+	}{
+		{"unknown CA", wrap(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), "point sslrootcert"},
+		{"wrong host", wrap(&tls.CertificateVerificationError{Err: x509.HostnameError{Host: "10.0.0.1", Certificate: &x509.Certificate{}}}), "not issued for the host"},
+		{"expired", wrap(x509.CertificateInvalidError{Reason: x509.Expired, Cert: &x509.Certificate{}}), "renew it"},
+		{"password", wrap(&pgconn.PgError{Code: "28P01", Message: `password authentication failed for user "u"`}), "check the password"},
+		{"pg_hba.conf", wrap(&pgconn.PgError{Code: "28000", Message: `pg_hba.conf rejects connection for host "127.0.0.1", user "u", database "d", no encryption`}), "hostssl"},
+		{"no role", wrap(&pgconn.PgError{Code: "28000", Message: `role "u" does not exist`}), ""},
+		{"refused", wrap(errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")), ""},
+	}
+	for _, tc := range tests {
+		got := ExplainConnect(tc.err)
+		if !errors.Is(got, tc.err) {
+			t.Errorf("%s: %v does not wrap the original error", tc.name, got)
+		}
+		switch {
+		case tc.want == "" && got.Error() != tc.err.Error():
+			t.Errorf("%s: changed to %v", tc.name, got)
+		case tc.want != "" && !strings.Contains(got.Error(), tc.want):
+			t.Errorf("%s: %v does not say %q", tc.name, got, tc.want)
+		}
+	}
+	if ExplainConnect(nil) != nil {
+		t.Error("ExplainConnect(nil) is not nil")
 	}
 }

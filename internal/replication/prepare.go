@@ -38,7 +38,7 @@ func SplitTable(name string) (schema, table string) {
 func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return 0, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return 0, fmt.Errorf("connect to PostgreSQL: %w", ExplainConnect(err))
 	}
 	defer conn.Close(context.Background())
 	schema, table := SplitTable(s.Table)

@@ -183,7 +183,7 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return ExplainConnect(err)
 	}
 	defer conn.Close(context.Background())
 
