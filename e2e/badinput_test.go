@@ -24,7 +24,7 @@ type badRow struct {
 
 // env is the row's test environment with the loose outbox table.
 func (b badRow) env(t *testing.T) *env {
-	e := newEnvIn(t, testenv.DatabaseWith(t, b.database))
+	e := newEnvAt(t, testenv.DatabaseWith(t, b.database))
 	testenv.Exec(t, e.url, looseOutbox)
 	return e
 }

@@ -47,8 +47,11 @@ func TestMain(m *testing.M) {
 // env is one test's isolated world: its own database with the default
 // outbox table, slot, and topic prefix.
 type env struct {
-	t       *testing.T
-	url     string
+	t   *testing.T
+	url string // a superuser's: setup, workloads, checks
+	// runURL is what the streamer connects with: url, unless the test runs
+	// it as another role.
+	runURL  string
 	slot    string
 	prefix  string
 	brokers []string
@@ -57,15 +60,17 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return newEnvIn(t, testenv.Database(t))
+	return newEnvAt(t, testenv.Database(t))
 }
 
-// newEnvIn is newEnv in the database at url.
-func newEnvIn(t *testing.T, url string) *env {
+// newEnvAt is newEnv in the database at url, a superuser's URL: on a
+// cluster of the test's own (testenv.Cluster), its postgres database.
+func newEnvAt(t *testing.T, url string) *env {
 	t.Helper()
 	e := &env{
 		t:       t,
 		url:     url,
+		runURL:  url,
 		slot:    testenv.Name("slot"),
 		prefix:  testenv.Name("e2e"),
 		brokers: testenv.KafkaBrokers(t),
@@ -89,7 +94,7 @@ func (e *env) topic(aggregateType string) string { return e.prefix + "." + aggre
 // args are the streamer flags for this environment, then extra.
 func (e *env) args(extra ...string) []string {
 	return append([]string{"run",
-		"--postgres-url", e.url,
+		"--postgres-url", e.runURL,
 		"--kafka-brokers", e.brokers[0],
 		"--slot", e.slot,
 		"--topic", e.prefix + ".{aggregate_type}",

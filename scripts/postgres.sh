@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway local PostgreSQL cluster for tests, the demo and benchmarks.
 #
-#   scripts/postgres.sh start|stop|restart|kill|status|url|logs|destroy
+#   scripts/postgres.sh start|stop|restart|kill|status|url|logs|destroy|init|datadir
 #
 # The cluster is built from the machine's server binaries (initdb/pg_ctl on
 # PATH, else the newest /usr/lib/postgresql/*/bin), listens on 127.0.0.1 only,
@@ -14,6 +14,11 @@
 # unprivileged user `postgres` (created if missing) and its data lives under
 # /tmp, where that user can reach it. As a normal user it lives in
 # .local/postgres (git-ignored). CDC_OUTBOX_LOCAL moves the state folder.
+#
+# `init` creates the cluster without starting it and `datadir` prints its data
+# folder, so a caller can change its configuration or add files (TLS
+# certificates) before the first start; internal/testenv does that for tests
+# that need a server of their own.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -179,6 +184,8 @@ status)
 	if [ -s "$data/PG_VERSION" ] && running; then echo "running: $(url)"; else echo "stopped"; exit 3; fi
 	;;
 url) url ;;
+init) init ;;
+datadir) echo "$data" ;;
 logs) cat "$logfile" ;;
 destroy)
 	stop || true
@@ -186,7 +193,7 @@ destroy)
 	# The next start makes a new cluster from scratch.
 	;;
 *)
-	echo "usage: $0 start|stop|restart|kill|status|url|logs|destroy" >&2
+	echo "usage: $0 start|stop|restart|kill|status|url|logs|destroy|init|datadir" >&2
 	exit 2
 	;;
 esac

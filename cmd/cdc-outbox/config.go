@@ -58,7 +58,7 @@ func runFlags(c *runConfig) *flags {
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
 	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert')) when it is missing")
 	f.Bool(&c.CreateSlot, "create-slot", true, "create the replication slot (pgoutput) when it is missing")
-	f.Bool(&c.RecreateSlot, "recreate-slot", false, "create the slot again when cdc-outbox made it before and it is gone; changes since it was dropped are NOT streamed")
+	f.Bool(&c.RecreateSlot, "recreate-slot", false, "create the slot again when cdc-outbox made it before and it is gone, or drop and create it again when it lost its WAL (wal_status lost); changes in between are NOT streamed")
 
 	f.String(&c.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated")
 	f.Duration(&c.KafkaLinger, "kafka-linger", 5*time.Millisecond, "how long a batch waits for more records")

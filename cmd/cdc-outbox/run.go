@@ -306,6 +306,7 @@ func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Me
 func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metrics.Metrics, log *slog.Logger) {
 	schema, table := replication.SplitTable(c.Table)
 	var conn *pgx.Conn
+	var walStatus string // as last read
 	defer func() {
 		if conn != nil {
 			conn.Close(context.Background())
@@ -325,6 +326,8 @@ func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metr
 			info, err = replication.ReadSlot(qctx, conn, c.Slot)
 			if err == nil {
 				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+				logWALStatus(log, walStatus, info)
+				walStatus = info.WALStatus
 			} else if errors.Is(err, replication.ErrSlotMissing) {
 				m.Slot(false, 0, "")
 			}
@@ -348,6 +351,32 @@ func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metr
 		case <-ctx.Done():
 			return
 		case <-time.After(c.SlotPollInterval):
+		}
+	}
+}
+
+// logWALStatus says when the slot's wal_status changes, at the level the
+// new state deserves. unreserved and lost are errors: the first is the last
+// moment to act before PostgreSQL removes WAL the slot needs, the second
+// means it did (streaming then stops with ErrWALLost at the latest when the
+// walsender is ended and the stream reconnects).
+func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
+	if info.WALStatus == prev {
+		return
+	}
+	attrs := []any{"slot", info.Name, "wal_status", info.WALStatus, "previous", prev, "retained_wal_bytes", info.RetainedBytes}
+	switch info.WALStatus {
+	case "extended":
+		log.Warn("the slot holds more WAL than max_wal_size: cdc-outbox is behind (is Kafka slow or refusing?)", attrs...)
+	case "unreserved":
+		log.Error("the slot holds more WAL than max_slot_wal_keep_size allows: the next checkpoint removes WAL it still needs, "+
+			"and its events would never reach Kafka through it. Let cdc-outbox catch up (Kafka?) or raise max_slot_wal_keep_size now", attrs...)
+	case "lost":
+		log.Error("the slot lost WAL it still needed: the events in that WAL will not reach Kafka through this slot; "+
+			"cdc-outbox stops when the stream ends. Re-publish them from the outbox table, then start with --recreate-slot", attrs...)
+	case "reserved":
+		if prev == "extended" || prev == "unreserved" {
+			log.Info("the slot's WAL is within max_wal_size again", attrs...)
 		}
 	}
 }

@@ -195,7 +195,7 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	if err != nil {
 		// The advice first: pgx's error may run over several lines.
 		r.fail(verdictCannotConnect, fmt.Sprintf("cannot connect to PostgreSQL: check --postgres-url (env %s), "+
-			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), redact(err)), err)
+			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), redact(replication.ExplainConnect(err))), err)
 		return r
 	}
 	defer func() {
@@ -318,8 +318,8 @@ func (r *statusReport) judge() {
 		r.Verdict, r.ExitCode = verdictLost, 1
 		r.Message = fmt.Sprintf("replication slot %q has wal_status lost: PostgreSQL removed WAL the slot still needed, so the slot can no longer stream. "+
 			"Events committed after %s that were in the lost WAL never reach Kafka through it and must be recovered from the outbox table; "+
-			"then drop and recreate the slot deliberately (SELECT pg_drop_replication_slot('%s'); cdc-outbox run creates a new one, which starts at the current WAL position)",
-			r.Slot, r.ConfirmedFlushLSN, r.Slot)
+			"then start cdc-outbox run once with --recreate-slot, which drops the slot and creates a new one that streams what commits from then on",
+			r.Slot, r.ConfirmedFlushLSN)
 	case !r.Active:
 		r.Verdict, r.ExitCode = verdictInactive, 0
 		r.Message = fmt.Sprintf("slot %q is inactive: nothing is streaming from it, which is normal while cdc-outbox run is stopped; "+

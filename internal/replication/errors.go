@@ -1,15 +1,26 @@
 package replication
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrSlotInUse means another process streams from the slot: this instance
 // is a hot standby and waits.
 var ErrSlotInUse = errors.New("replication slot is in use by another process")
+
+// ErrWALLost means PostgreSQL removed WAL the slot still needed
+// (wal_status lost, the slot invalidated): the slot can never stream the
+// changes in it. Streaming stops for good; only a person can decide to
+// recreate the slot, since that skips those changes.
+var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
 
 // SQLSTATE codes the streamer decides on.
 const (
@@ -31,6 +42,89 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// walLost reports whether a server error says the slot's WAL is gone: the
+// slot was invalidated (START_REPLICATION: "cannot read from logical
+// replication slot", the SQL functions: "can no longer get changes from
+// replication slot", both with the detail "This slot has been invalidated
+// because it exceeded the maximum reserved size"), or a WAL segment it
+// needs was removed. Other errors of the same SQLSTATE (a slot of another
+// database, wal_level too low) are not this.
+func walLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case codeUndefinedFile:
+		return strings.Contains(pgErr.Message, "has already been removed")
+	case codeObjectNotInState:
+		return strings.Contains(pgErr.Message, "can no longer get changes") || strings.Contains(pgErr.Detail, "invalidated")
+	}
+	return false
+}
+
+// walLostError is ErrWALLost for slot, with what it costs and how to
+// recover; cause is the server's error, if there was one.
+func walLostError(slot string, confirmed pglogrepl.LSN, cause error) error {
+	err := fmt.Errorf("replication slot %q: %w. PostgreSQL removed WAL the slot still needed, usually because the slot held more than "+
+		"max_slot_wal_keep_size while cdc-outbox was stopped or behind. Outbox events committed after %s (the last confirmed position) "+
+		"have not reached Kafka and never will through this slot: they are skipped, not delayed, so cdc-outbox stops instead of going on without them. "+
+		"To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, "+
+		"which drops this slot and creates a new one that streams only what commits from then on; "+
+		"to prevent it, raise max_slot_wal_keep_size or alert on cdc_outbox_slot_wal_status{status=\"unreserved\"}",
+		slot, ErrWALLost, confirmed)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(cause, &pgErr) && pgErr.Detail != "":
+		// The detail says why the slot was invalidated; the error alone
+		// does not.
+		err = fmt.Errorf("%w (PostgreSQL said: %w; %s)", err, cause, pgErr.Detail)
+	case cause != nil:
+		err = fmt.Errorf("%w (PostgreSQL said: %w)", err, cause)
+	}
+	return err
+}
+
+// ExplainConnect adds what to check to an error from connecting to
+// PostgreSQL, for the causes a person has to fix: a server certificate that
+// does not verify, a refused password, a pg_hba.conf rule. Other errors are
+// returned as they are. It never adds the password, and the errors it
+// wraps (pgconn's) name only the user and database.
+func ExplainConnect(err error) error {
+	var host x509.HostnameError
+	var authority x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &host):
+		return fmt.Errorf("%w: the server's TLS certificate is not issued for the host in --postgres-url: connect by a name or IP address "+
+			"that the certificate lists (sslmode=verify-full checks it), or reissue the certificate with that name", err)
+	case errors.As(err, &authority):
+		return fmt.Errorf("%w: the server's TLS certificate is not signed by a CA that cdc-outbox trusts: point sslrootcert in --postgres-url "+
+			"(or PGSSLROOTCERT) at the CA certificate that signed the server's", err)
+	case errors.As(err, &invalid):
+		return fmt.Errorf("%w: the server's TLS certificate was refused (expired, not yet valid, or not for a server): renew it on the server", err)
+	case errors.As(err, &verify):
+		return fmt.Errorf("%w: the server's TLS certificate did not verify: check sslrootcert in --postgres-url and the server's certificate", err)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch {
+	case pgErr.Code == codeInvalidPassword:
+		return fmt.Errorf("%w: check the password (in --postgres-url, PGPASSWORD or ~/.pgpass) and that the role has one set "+
+			"(ALTER ROLE ... PASSWORD, or sql/role.sql)", err)
+	case pgErr.Code == codeInvalidAuthSpec && strings.Contains(pgErr.Message, "pg_hba.conf"):
+		return fmt.Errorf("%w: the server's pg_hba.conf does not let this role connect this way: for cdc-outbox, allow the role on the outbox's "+
+			"database (a logical replication connection matches the database name), over TLS with scram-sha-256 (hostssl), "+
+			"and connect with sslmode=verify-full", err)
+	}
+	return err
 }
 
 // slotInUse reports whether err says another backend holds the slot.

@@ -38,7 +38,7 @@ func SplitTable(name string) (schema, table string) {
 func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return 0, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return 0, fmt.Errorf("connect to PostgreSQL: %w", ExplainConnect(err))
 	}
 	defer conn.Close(context.Background())
 	schema, table := SplitTable(s.Table)
@@ -130,8 +130,16 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 		return 0, fmt.Errorf("replication slot %q belongs to database %q, not %q: connect to that database or choose another --slot", s.Slot, database, current)
 	}
 	if walStatus == "lost" {
-		return 0, fmt.Errorf("replication slot %q has wal_status lost: PostgreSQL removed WAL the slot still needed, so changes after %s can no longer be streamed; "+
-			"events in that WAL are gone from the stream and must be recovered from the outbox table; then drop and recreate the slot deliberately", s.Slot, confirmed)
+		if !s.RecreateSlot {
+			return 0, walLostError(s.Slot, confirmed, nil)
+		}
+		// Asked for by name: the events after confirmed are given up on.
+		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.Slot); err != nil {
+			return 0, fmt.Errorf("drop replication slot %s, which lost its WAL (--recreate-slot): %w", s.Slot, err)
+		}
+		log.Warn("dropped the replication slot that lost its WAL (--recreate-slot): outbox events committed after its last confirmed position "+
+			"and before the new slot are not streamed", "slot", s.Slot, "confirmed_lsn", confirmed)
+		return createSlot(ctx, conn, s, log)
 	}
 	return confirmed, nil
 }

@@ -190,7 +190,7 @@ func (s *Stream) session(ctx context.Context) error {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return ExplainConnect(err)
 	}
 	defer conn.Close(context.Background())
 
@@ -236,8 +236,8 @@ func (s *Stream) explain(err error) error {
 			"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
 			"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
 			err, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, confirmed)
-	case pgErr.Code == codeUndefinedFile || pgErr.Code == codeObjectNotInState:
-		return fmt.Errorf("%w: the slot can no longer stream (its WAL is gone, wal_status lost); changes after %s must be re-published from the outbox table, then drop and recreate the slot deliberately", err, confirmed)
+	case walLost(err):
+		return walLostError(s.cfg.Slot, confirmed, err)
 	}
 	return err
 }

@@ -2,6 +2,9 @@ package testenv_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +73,59 @@ func TestKafkaRoundTripSmoke(t *testing.T) {
 	got := fetches.Records()
 	if len(got) != 1 || string(got[0].Key) != "k" || string(got[0].Value) != `{"hello":"kafka"}` {
 		t.Fatalf("consumed %v, want the produced record", got)
+	}
+}
+
+// TestClusterSmoke: a test's own cluster starts with the extra settings,
+// pg_hba.conf lines and files it was given, and is gone after the test.
+func TestClusterSmoke(t *testing.T) {
+	t.Parallel()
+	var dataDir string
+	t.Run("cluster", func(t *testing.T) {
+		c := testenv.Cluster(t, testenv.ClusterOptions{
+			Config: []string{"max_slot_wal_keep_size = '1MB'"},
+			HBA:    []string{"host all blocked 127.0.0.1/32 reject"},
+			Files:  map[string][]byte{"secret.txt": []byte("only the server reads this")},
+		})
+		dataDir = c.DataDir
+		conn := testenv.Connect(t, c.URL)
+		ctx := testenv.Context(t)
+		var keep, walLevel string
+		if err := conn.QueryRow(ctx, `SELECT current_setting('max_slot_wal_keep_size'), current_setting('wal_level')`).Scan(&keep, &walLevel); err != nil {
+			t.Fatal(err)
+		}
+		if keep != "1MB" || walLevel != "logical" {
+			t.Fatalf("max_slot_wal_keep_size=%s wal_level=%s, want 1MB and logical", keep, walLevel)
+		}
+		// The server reads the file: it is the server user's, 0600.
+		var content string
+		if err := conn.QueryRow(ctx, `SELECT pg_read_file('secret.txt')`).Scan(&content); err != nil {
+			t.Fatalf("the server cannot read its file: %v", err)
+		}
+		fi, err := os.Stat(filepath.Join(c.DataDir, "secret.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("secret.txt has mode %v, want 0600", fi.Mode().Perm())
+		}
+		if _, err := conn.Exec(ctx, `CREATE ROLE blocked LOGIN`); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgconn.ParseConfig(c.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.User = "blocked"
+		_, err = pgconn.ConnectConfig(ctx, cfg)
+		if err == nil || !strings.Contains(err.Error(), "pg_hba.conf rejects connection") {
+			t.Fatalf("role blocked connected past the pg_hba.conf line (err=%v)", err)
+		}
+	})
+	if dataDir == "" {
+		return // the subtest failed before the cluster existed
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Fatalf("data folder %s still exists after the test (stat: %v)", dataDir, err)
 	}
 }

@@ -4,7 +4,9 @@
 // CDC_OUTBOX_TEST_KAFKA_BROKERS (`make test` starts local ones and sets
 // both). A missing server fails the test: only `go test -short` (make
 // test-unit) skips integration tests, on purpose. Each test gets its own
-// database, slot, publication and topic names, so tests run in parallel.
+// database, slot, publication and topic names, so tests run in parallel. A
+// test that needs server settings the shared server must not have (TLS, a
+// small max_slot_wal_keep_size) starts a cluster of its own with Cluster.
 //
 // It is test support: it must never be imported by the streamer itself.
 package testenv
