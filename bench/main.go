@@ -41,6 +41,9 @@ type options struct {
 	skipCrash  bool
 	crashRate  int
 	crashFor   time.Duration
+	// streamerFlags are added to every streamer's command line, to measure
+	// a setting (say --kafka-compression=lz4) against the defaults.
+	streamerFlags []string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -55,9 +58,11 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.skipCrash, "skip-crash", false, "skip the crash-duplicates run")
 	fs.IntVar(&o.crashRate, "crash-rate", 2000, "events/s of the load during the crash run")
 	fs.DurationVar(&o.crashFor, "crash-duration", 10*time.Second, "duration of the load during the crash run (the streamer is killed half-way)")
+	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.streamerFlags = strings.Fields(*extra)
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -154,6 +159,7 @@ func run(ctx context.Context, o options) int {
 		return 1
 	}
 	defer b.close()
+	b.streamerFlags = o.streamerFlags
 	res := &results{info: b.info(ctx, o)}
 	progress("PostgreSQL %s, Kafka %s, %d cores, %s; database %s", res.info.pgVersion, res.info.kafkaVersion, res.info.cores, res.info.goVersion, b.dbName)
 

@@ -247,6 +247,9 @@ func (r *results) markdown() string {
 	fmt.Fprintf(&b, "| machine | %d cores, %s; %s |\n| Go | %s |\n", in.cores, in.cpuModel, in.loadText(), in.goVersion)
 	fmt.Fprintf(&b, "| sizes | backlogs of %s events; steady load %s per rate; crash load %s/s for %s |\n| run time | %s |\n\n",
 		thousands(float64(in.opts.events)), in.opts.steady, thousands(float64(in.opts.crashRate)), in.opts.crashFor, in.duration.Round(time.Second))
+	if len(in.opts.streamerFlags) > 0 {
+		fmt.Fprintf(&b, "Streamer run with extra flags: `%s`.\n\n", strings.Join(in.opts.streamerFlags, " "))
+	}
 	if w := in.busyWarning(); w != "" {
 		fmt.Fprintf(&b, "**Warning:** %s\n\n", w)
 	}

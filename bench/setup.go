@@ -42,6 +42,8 @@ type bench struct {
 	topics   map[string]bool
 	running  map[*streamer]struct{}
 	profiles []profile // CPU profiles taken during the run, for the report
+	// streamerFlags are added to each streamer's command line.
+	streamerFlags []string
 }
 
 func buildBinary(ctx context.Context, root, out string) error {

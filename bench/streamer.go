@@ -42,15 +42,16 @@ func (b *bench) startStreamer(slot string) (*streamer, error) {
 		done:    make(chan struct{}),
 		http:    &http.Client{Timeout: 5 * time.Second},
 	}
-	s.cmd = exec.Command(b.bin, "run",
+	args := append([]string{"run",
 		"--postgres-url", b.dbURL,
 		"--kafka-brokers", strings.Join(b.brokers, ","),
 		"--slot", slot,
-		"--topic", b.prefix+".{aggregate_type}",
+		"--topic", b.prefix + ".{aggregate_type}",
 		"--http-addr", s.addr,
 		"--pprof",
 		"--log-format", "json",
-	)
+	}, b.streamerFlags...)
+	s.cmd = exec.Command(b.bin, args...)
 	s.cmd.Env = streamerEnv()
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.started = time.Now()
