@@ -114,11 +114,21 @@ type streamer struct {
 
 func (e *env) start(extra ...string) *streamer {
 	e.t.Helper()
+	return e.startEnv(nil, extra...)
+}
+
+// startEnv is start with environment variables (KEY=value) added to the
+// test's own.
+func (e *env) startEnv(environ []string, extra ...string) *streamer {
+	e.t.Helper()
 	log, err := os.CreateTemp(e.t.TempDir(), "streamer-*.log")
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	cmd := exec.Command(binary, e.args(extra...)...)
+	if environ != nil {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -196,7 +206,7 @@ func (s *streamer) exited(timeout time.Duration) error {
 }
 
 // httpAddr is the address the streamer's HTTP endpoint listens on, from its
-// log.
+// log (json or text).
 func (s *streamer) httpAddr() string {
 	s.t.Helper()
 	var addr string
@@ -210,7 +220,7 @@ func (s *streamer) httpAddr() string {
 	return addr
 }
 
-var httpAddrLine = regexp.MustCompile(`"msg":"serving /metrics, /healthz and /readyz","addr":"([^"]+)"`)
+var httpAddrLine = regexp.MustCompile(`(?:"msg":"serving /metrics, /healthz and /readyz","addr":"|msg="serving /metrics, /healthz and /readyz" addr=)([^"\s]+)`)
 
 func (s *streamer) logText() string {
 	b, _ := os.ReadFile(s.log)

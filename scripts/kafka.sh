@@ -3,14 +3,32 @@
 # for tests, the demo and benchmarks: real Kafka jars from Maven Central, run
 # with the machine's Java 17+. No Docker.
 #
-#   scripts/kafka.sh start|stop|restart|kill|pause|resume|status|brokers|logs|destroy
+#   scripts/kafka.sh start|stop|restart|kill|pause|resume|status|logs|destroy
+#   scripts/kafka.sh brokers|sasl-brokers|sasl-user|sasl-password-file|ca-file
 #
 # The jars are resolved once by Maven from scripts/kafka/pom.xml into
 # .local/kafka/libs and reused. The broker listens on 127.0.0.1 on free ports
 # chosen at first start and kept, so a restarted broker is found at the same
 # address; its log dir survives stop, kill and restart (destroy removes it).
-# `brokers` prints the bootstrap address. "Ready" means the broker answered a
-# metadata request (scripts/kafkaready), not that some time passed.
+# "Ready" means the broker answered a metadata request on both client
+# listeners (scripts/kafkaready), not that some time passed.
+#
+# Two client listeners, each printed by a subcommand (one line, nothing else):
+#
+#   brokers             PLAINTEXT: host:port, no TLS, no authentication
+#   sasl-brokers        SASL_SSL: host:port, TLS and SASL SCRAM-SHA-512
+#   sasl-user           the SCRAM-SHA-512 user the SASL_SSL listener accepts
+#   sasl-password-file  path of the file holding that user's password (mode
+#                       0600, random, made once; one line)
+#   ca-file             path of the PEM certificate of the test CA that signed
+#                       the broker's certificate (SAN IP:127.0.0.1, localhost)
+#
+# The CA, the broker's PKCS12 keystore and truststore are made with the JDK's
+# keytool into .local/kafka/tls. At start, when the user cannot log in with
+# the password file's password, kafkaready creates it (or resets its
+# password) through the admin API of the PLAINTEXT listener. A state folder from before the
+# SASL_SSL listener existed is brought up to date by the next start: same
+# ports, same data, a broker still running the old configuration restarted.
 # CDC_OUTBOX_LOCAL moves the state folder.
 set -euo pipefail
 
@@ -20,6 +38,9 @@ libs="$state/libs"
 data="$state/data"
 conf="$state/server.properties"
 pidfile="$state/pid"
+tls="$state/tls"
+password_file="$state/sasl-password"
+sasl_user="cdc-outbox"
 logfile="$state/kafka.log"
 pom="$repo/scripts/kafka/pom.xml"
 
@@ -50,6 +71,55 @@ java_bin() {
 	echo "$j"
 }
 
+# keytool is the one of the JDK that runs the broker.
+keytool_bin() {
+	local j k
+	j=$(java_bin)
+	k="$(dirname "$(readlink -f "$j")")/keytool"
+	[ -x "$k" ] || die "no keytool next to $j; install the JDK's tools (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME"
+	echo "$k"
+}
+
+secret() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+# make_tls makes, once, a test CA and the broker's keystore (its key and a
+# certificate for 127.0.0.1 signed by the CA) and truststore, all PKCS12,
+# and the CA certificate as PEM for clients. Everything shares one random
+# store password, kept beside them.
+make_tls() {
+	[ -s "$tls/ca.pem" ] && [ -s "$tls/broker.p12" ] && [ -s "$tls/truststore.p12" ] && [ -s "$tls/store-password" ] && return
+	local ktool pw
+	ktool=$(keytool_bin)
+	rm -rf "$tls"
+	mkdir -p "$tls"
+	chmod 700 "$tls"
+	(umask 077 && secret >"$tls/store-password")
+	pw="$tls/store-password"
+	kt() { "$ktool" "$@" >>"$tls/keytool.log" 2>&1 || { cat "$tls/keytool.log" >&2; die "keytool $1 failed; see $tls/keytool.log"; }; }
+	kt -genkeypair -alias ca -keyalg EC -groupname secp256r1 -validity 3650 \
+		-dname "CN=cdc-outbox local test CA" -ext bc:c -ext KU=keyCertSign,cRLSign \
+		-storetype PKCS12 -keystore "$tls/ca.p12" -storepass:file "$pw"
+	kt -exportcert -rfc -alias ca -keystore "$tls/ca.p12" -storepass:file "$pw" -file "$tls/ca.pem"
+	kt -genkeypair -alias broker -keyalg EC -groupname secp256r1 -validity 3650 -dname "CN=127.0.0.1" \
+		-storetype PKCS12 -keystore "$tls/broker.p12" -storepass:file "$pw"
+	kt -certreq -alias broker -keystore "$tls/broker.p12" -storepass:file "$pw" -file "$tls/broker.csr"
+	kt -gencert -alias ca -keystore "$tls/ca.p12" -storepass:file "$pw" -infile "$tls/broker.csr" \
+		-outfile "$tls/broker.pem" -rfc -validity 3650 \
+		-ext SAN=IP:127.0.0.1,DNS:localhost -ext KU=digitalSignature -ext EKU=serverAuth
+	kt -importcert -noprompt -alias ca -file "$tls/ca.pem" -keystore "$tls/broker.p12" -storepass:file "$pw"
+	kt -importcert -alias broker -file "$tls/broker.pem" -keystore "$tls/broker.p12" -storepass:file "$pw"
+	kt -importcert -noprompt -alias ca -file "$tls/ca.pem" \
+		-storetype PKCS12 -keystore "$tls/truststore.p12" -storepass:file "$pw"
+	rm -f "$tls/broker.csr"
+}
+
+# make_password makes, once, the SCRAM user's password file.
+make_password() {
+	[ -s "$password_file" ] && return
+	(umask 077 && secret >"$password_file.new" && echo >>"$password_file.new")
+	mv "$password_file.new" "$password_file"
+}
+
 # jars downloads the broker's jars unless the cache matches the pom.
 jars() {
 	local sum
@@ -63,23 +133,52 @@ jars() {
 	touch "$libs/.pom-$sum"
 }
 
+# listener_port NAME prints the port of listener NAME in server.properties,
+# or nothing.
+listener_port() {
+	[ -f "$conf" ] || return 0
+	sed -n 's/^listeners=//p' "$conf" | tr ',' '\n' | sed -n "s|^$1://[^:]*:\([0-9][0-9]*\)\$|\1|p"
+}
+
+# configure writes server.properties. Ports already in it are kept, so an
+# older file (one without the SASL_SSL listener) gains the listener and
+# keeps its address and data; a file that is already current is left as it
+# is.
 configure() {
-	[ -f "$conf" ] && return
 	mkdir -p "$state" "$data"
-	local port cport
-	port=$(free_port)
-	cport=$(free_port)
-	while [ "$cport" = "$port" ]; do cport=$(free_port); done
-	cat >"$conf" <<-EOF
+	local port cport sport
+	port=$(listener_port PLAINTEXT)
+	cport=$(listener_port CONTROLLER)
+	sport=$(listener_port SASL_SSL)
+	[ -n "$port" ] || port=$(free_port)
+	while [ -z "$cport" ] || [ "$cport" = "$port" ]; do cport=$(free_port); done
+	while [ -z "$sport" ] || [ "$sport" = "$port" ] || [ "$sport" = "$cport" ]; do sport=$(free_port); done
+	make_tls
+	make_password
+	local pw
+	pw=$(cat "$tls/store-password")
+	cat >"$conf.new.$$" <<-EOF
 		# Written by scripts/kafka.sh: one node that is both broker and controller.
 		process.roles=broker,controller
 		node.id=1
 		controller.quorum.bootstrap.servers=127.0.0.1:$cport
-		listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-		advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-		listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+		listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
+		advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
+		listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 		inter.broker.listener.name=PLAINTEXT
 		controller.listener.names=CONTROLLER
+		# SASL_SSL: TLS with a certificate of the test CA in $tls, and
+		# SCRAM-SHA-512 users (scripts/kafkaready creates the test user).
+		sasl.enabled.mechanisms=SCRAM-SHA-512
+		listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+		ssl.keystore.type=PKCS12
+		ssl.keystore.location=$tls/broker.p12
+		ssl.keystore.password=$pw
+		ssl.key.password=$pw
+		ssl.truststore.type=PKCS12
+		ssl.truststore.location=$tls/truststore.p12
+		ssl.truststore.password=$pw
+		ssl.client.auth=none
 		log.dirs=$data
 		num.partitions=1
 		# A single node: every internal topic has one replica.
@@ -95,7 +194,15 @@ configure() {
 		log.cleaner.dedupe.buffer.size=2097152
 		auto.create.topics.enable=true
 	EOF
+	chmod 600 "$conf.new.$$" # it holds the store password
+	if cmp -s "$conf.new.$$" "$conf"; then
+		rm -f "$conf.new.$$"
+	else
+		[ -f "$conf" ] && echo "kafka.sh: updated $conf (same ports and data; SASL_SSL listener on 127.0.0.1:$sport)" >&2
+		mv "$conf.new.$$" "$conf"
+	fi
 	echo "127.0.0.1:$port" >"$state/brokers"
+	echo "127.0.0.1:$sport" >"$state/sasl-brokers"
 }
 
 format() {
@@ -117,13 +224,24 @@ running() {
 }
 
 ready() {
-	(cd "$repo" && go run ./scripts/kafkaready -brokers "$(cat "$state/brokers")" -timeout "$1")
+	(cd "$repo" && go run ./scripts/kafkaready -brokers "$(cat "$state/brokers")" -timeout "$1" \
+		-sasl-brokers "$(cat "$state/sasl-brokers")" -ca-file "$tls/ca.pem" \
+		-scram-user "$sasl_user" -scram-password-file "$password_file")
 }
+
+# current says whether the running broker was started with server.properties
+# as it is now.
+current() { [ "$(md5sum <"$conf")" = "$(cat "$state/started-conf" 2>/dev/null)" ]; }
 
 start() {
 	if running; then
-		echo "kafka already running: $(cat "$state/brokers")"
-		return
+		configure
+		if current; then
+			echo "kafka already running: $(cat "$state/brokers")"
+			return
+		fi
+		echo "kafka.sh: the running broker has an older configuration; restarting it" >&2
+		stop
 	fi
 	jars
 	configure
@@ -136,6 +254,7 @@ start() {
 		-Dlog4j2.configurationFile="$repo/scripts/kafka/log4j2.properties" \
 		-cp "$libs/*" kafka.Kafka "$conf" </dev/null >>"$logfile" 2>&1 &
 	echo $! >"$pidfile"
+	md5sum <"$conf" >"$state/started-conf"
 	if ! ready 90s; then
 		tail -n 20 "$logfile" >&2
 		die "broker did not answer a metadata request within 90s; log: $logfile"
@@ -183,14 +302,20 @@ status)
 	if running; then echo "running: $(cat "$state/brokers")"; else echo "stopped"; exit 3; fi
 	;;
 brokers) configure; cat "$state/brokers" ;;
+sasl-brokers) configure; cat "$state/sasl-brokers" ;;
+sasl-user) echo "$sasl_user" ;;
+sasl-password-file) configure; echo "$password_file" ;;
+ca-file) configure; echo "$tls/ca.pem" ;;
 logs) cat "$logfile" ;;
 destroy)
 	stop || true
 	# Keep the downloaded jars: they are a cache, not state.
-	rm -rf "$data" "$conf" "$state/brokers" "$logfile" "$state/format.log"
+	rm -rf "$data" "$conf" "$conf".new.* "$state/brokers" "$state/sasl-brokers" "$state/started-conf" \
+		"$tls" "$password_file" "$logfile" "$state/format.log"
 	;;
 *)
-	echo "usage: $0 start|stop|restart|kill|pause|resume|status|brokers|logs|destroy" >&2
+	echo "usage: $0 start|stop|restart|kill|pause|resume|status|logs|destroy" >&2
+	echo "       $0 brokers|sasl-brokers|sasl-user|sasl-password-file|ca-file" >&2
 	exit 2
 	;;
 esac

@@ -10,6 +10,13 @@
 # was already running is left running). For the
 # local servers CDC_OUTBOX_TEST_POSTGRES_CTL / CDC_OUTBOX_TEST_KAFKA_CTL name
 # the control scripts, so fault tests can stop, kill and restart them.
+#
+# For the local broker's SASL_SSL listener (TLS, SCRAM-SHA-512) it also
+# exports CDC_OUTBOX_TEST_KAFKA_SASL_BROKERS (its address),
+# CDC_OUTBOX_TEST_KAFKA_CA (the test CA's PEM certificate),
+# CDC_OUTBOX_TEST_KAFKA_SASL_USER and CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE
+# (the file holding the user's password), each unless already set. With
+# your own broker, set these for its SASL_SSL listener too.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +46,12 @@ if [ -n "${kafka:-}" ]; then
 	wait "$kafka"
 	export CDC_OUTBOX_TEST_KAFKA_BROKERS="$("$repo/scripts/kafka.sh" brokers)"
 	export CDC_OUTBOX_TEST_KAFKA_CTL="$repo/scripts/kafka.sh"
+	: "${CDC_OUTBOX_TEST_KAFKA_SASL_BROKERS:=$("$repo/scripts/kafka.sh" sasl-brokers)}"
+	: "${CDC_OUTBOX_TEST_KAFKA_CA:=$("$repo/scripts/kafka.sh" ca-file)}"
+	: "${CDC_OUTBOX_TEST_KAFKA_SASL_USER:=$("$repo/scripts/kafka.sh" sasl-user)}"
+	: "${CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE:=$("$repo/scripts/kafka.sh" sasl-password-file)}"
+	export CDC_OUTBOX_TEST_KAFKA_SASL_BROKERS CDC_OUTBOX_TEST_KAFKA_CA \
+		CDC_OUTBOX_TEST_KAFKA_SASL_USER CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE
 fi
 
 "$@"

@@ -29,6 +29,16 @@ type runConfig struct {
 	KafkaAutoCreateTopics bool
 	MaxRecordBytes        int
 
+	KafkaTLS              bool
+	KafkaTLSCAFile        string
+	KafkaTLSCertFile      string
+	KafkaTLSKeyFile       string
+	KafkaTLSServerName    string
+	KafkaSASLMechanism    string
+	KafkaSASLUsername     string
+	KafkaSASLPassword     string
+	KafkaSASLPasswordFile string
+
 	Mapping         mapping.Config
 	OnBadEvent      string
 	DeadLetterTopic string
@@ -65,6 +75,16 @@ func runFlags(c *runConfig) *flags {
 	f.String(&c.KafkaCompression, "kafka-compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
 	f.Bool(&c.KafkaAutoCreateTopics, "kafka-auto-create-topics", true, "let the broker create missing topics (where its auto.create.topics.enable allows)")
 	f.Int(&c.MaxRecordBytes, "max-record-bytes", 1048576, "largest record to send, in `bytes`; keep it at or below the broker's message.max.bytes. Larger rows are bad events")
+
+	f.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to the brokers with TLS (their SSL or SASL_SSL listener), verifying their certificates with the system's CAs or --kafka-tls-ca-file")
+	f.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM `file` of the CA certificates that verify the brokers, instead of the system's; needs --kafka-tls")
+	f.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM `file` of a client certificate, for brokers that require one (ssl.client.auth); needs --kafka-tls-key-file")
+	f.String(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM `file` of the client certificate's private key")
+	f.String(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "host `name` the brokers' certificates must be valid for; default: the host of each broker address")
+	f.String(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", saslNone, "SASL mechanism: none, plain, scram-sha-256 or scram-sha-512 (use TLS with plain: it sends the password as it is)")
+	f.String(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL `user` name")
+	f.String(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL `password`; a command line is visible to other users of the machine: prefer --kafka-sasl-password-file")
+	f.String(&c.KafkaSASLPasswordFile, "kafka-sasl-password-file", "", "`file` holding the SASL password, read at start; a trailing newline is not part of it")
 
 	f.String(&c.Mapping.Topic, "topic", m.Topic, "topic `template`; {column} is replaced by that column's value")
 	f.String(&c.Mapping.IDColumn, "column-id", m.IDColumn, "event id `column` (header id)")
@@ -121,6 +141,7 @@ func (c *runConfig) validate() error {
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
 	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval must be at least 1s")
 	check(c.KafkaLinger >= 0, "--kafka-linger must not be negative")
+	errs = append(errs, c.validateKafkaSecurity()...)
 	check(c.LogFormat == "text" || c.LogFormat == "json", "--log-format %q: use text or json", c.LogFormat)
 	_, err = parseLevel(c.LogLevel)
 	check(err == nil, "--log-level: %v", err)

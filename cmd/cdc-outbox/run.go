@@ -40,10 +40,15 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cdc-outbox run: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	kafkaOpts, err := c.kafkaSecurityOpts()
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc-outbox run: invalid configuration:\n%v\n", err)
+		return 2
+	}
 	log := newLogger(stderr, c.LogFormat, c.LogLevel)
 	ctx, stop := signalContext(log)
 	defer stop()
-	if err := run(ctx, &c, log); err != nil {
+	if err := run(ctx, &c, kafkaOpts, log); err != nil {
 		log.Error("stopped with an error", "error", redact(err))
 		return 1
 	}
@@ -79,7 +84,8 @@ func (g *group) stop() {
 // run wires the data path: replication → pipeline (decoder, mapping) →
 // sink, with the checkpoint deciding what the replication side confirms,
 // and beside it the HTTP endpoint, the slot poller and the Kafka pinger.
-func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
+// kafkaOpts are the client's TLS and SASL options (kafkaSecurityOpts).
+func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logger) error {
 	schema, table := replication.SplitTable(c.Table)
 	bg := newGroup(context.Background())
 	defer bg.stop()
@@ -101,8 +107,8 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 		if !published.Load() {
 			missing = append(missing, fmt.Sprintf("table %s is not in publication %s: its inserts are not streamed", c.Table, c.Publication))
 		}
-		if !kafkaUp.up() {
-			missing = append(missing, "Kafka does not answer metadata requests")
+		if up, reason := kafkaUp.state(); !up {
+			missing = append(missing, "Kafka does not answer metadata requests"+reason)
 		}
 		return len(missing) == 0, strings.Join(missing, "; ")
 	}
@@ -163,7 +169,7 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 		MaxBufferedRecords: 2*c.MaxInflightEvents + 1000,
 		MaxRecordBytes:     c.MaxRecordBytes,
 		AutoCreateTopics:   c.KafkaAutoCreateTopics,
-		Opts:               []kgo.Opt{kgo.WithHooks(m.Hooks()...)},
+		Opts:               append([]kgo.Opt{kgo.WithHooks(m.Hooks()...)}, kafkaOpts...),
 	}, log, p.Ack)
 	if err != nil {
 		return err
@@ -184,7 +190,11 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 	bg.goLoop(func(ctx context.Context) { pingKafka(ctx, snk, &kafkaUp, m, log) })
 	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c, &published, m, log) })
 
-	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", c.Table, "brokers", c.KafkaBrokers)
+	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
+		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
+	}
+	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", c.Table, "brokers", c.KafkaBrokers,
+		"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())
 	return st.Run(ctx)
 }
 
@@ -255,23 +265,34 @@ func serveHTTP(bg *group, addr string, h http.Handler, log *slog.Logger) error {
 	return nil
 }
 
-// kafkaState is whether the broker answered the last metadata request.
+// kafkaState is whether the broker answered the last metadata request, and
+// if not, why.
 type kafkaState struct {
 	mu           sync.Mutex
 	isUp, wasUp  bool
 	everAnswered bool
+	why          string // the last failure with advice; "" while up
 }
 
-func (k *kafkaState) up() bool {
+// state is whether the broker answered and, when not, ": " and why, for
+// /readyz.
+func (k *kafkaState) state() (up bool, reason string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.isUp
+	if k.isUp || k.why == "" {
+		return k.isUp, ""
+	}
+	return false, ": " + k.why
 }
 
 // pingKafka asks the broker for metadata every few seconds: readiness and
-// cdc_outbox_connected{target="kafka"} come from the answer.
+// cdc_outbox_connected{target="kafka"} come from the answer. A failure is
+// logged when Kafka stops answering, at the first attempt, and whenever the
+// reason changes: a wrong password or certificate never heals by itself,
+// so the operator must hear of it at start, not only from /readyz.
 func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Metrics, log *slog.Logger) {
 	const every = 5 * time.Second
+	first := true
 	for {
 		pctx, cancel := context.WithTimeout(ctx, every)
 		err := snk.Ping(pctx)
@@ -282,14 +303,26 @@ func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Me
 		k.mu.Lock()
 		k.wasUp, k.isUp = k.isUp, err == nil
 		m.Kafka(k.isUp, k.wasUp, k.everAnswered)
-		if k.wasUp && !k.isUp {
-			log.Warn("Kafka does not answer; events wait in flight and nothing past them is confirmed", "error", err)
+		why, advice := "", sink.Advice(err)
+		if err != nil {
+			why = err.Error()
+			if advice != "" {
+				why += "; " + advice
+			}
 		}
-		if k.isUp && !k.wasUp && k.everAnswered {
+		news := err != nil && (first || k.wasUp || why != k.why)
+		switch {
+		case news && advice != "":
+			log.Error("Kafka refuses the connection; events wait in flight and nothing past them is confirmed", "error", why)
+		case news:
+			log.Warn("Kafka does not answer; events wait in flight and nothing past them is confirmed", "error", why)
+		case err == nil && !k.wasUp && k.everAnswered:
 			log.Info("Kafka answers again")
 		}
+		k.why = why
 		k.everAnswered = k.everAnswered || k.isUp
 		k.mu.Unlock()
+		first = false
 		select {
 		case <-ctx.Done():
 			return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 )
 
 // bad applies the bad-event policy to a row that cannot be published.
@@ -96,6 +97,9 @@ func refusalHint(err error) string {
 		return "; the topic name is not valid for this broker: check --topic"
 	case errors.Is(err, kgo.ErrClientClosed):
 		return "; the producer was closed before the broker acknowledged it"
+	}
+	if advice := sink.Advice(err); advice != "" {
+		return "; " + advice
 	}
 	return ""
 }

@@ -5,4 +5,7 @@
 // promises, retries while the broker is away. It must never drop a record,
 // never report an ack the broker did not give, and never block the
 // replication connection's status updates.
+//
+// Advice (errors.go) tells a refused SASL login or a failed TLS handshake,
+// which no retry cures, from a broker that is merely away.
 package sink

@@ -2,6 +2,9 @@ package testenv_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +13,10 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
@@ -127,5 +133,46 @@ func TestClusterSmoke(t *testing.T) {
 	}
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 		t.Fatalf("data folder %s still exists after the test (stat: %v)", dataDir, err)
+	}
+}
+
+// TestKafkaSASLSmoke proves the broker's SASL_SSL listener is what the
+// security tests assume: its certificate verifies against the test CA for
+// 127.0.0.1, the SCRAM-SHA-512 user logs in with the password file's
+// password, and a wrong password is refused as a SASL authentication
+// failure.
+func TestKafkaSASLSmoke(t *testing.T) {
+	t.Parallel()
+	pem, err := os.ReadFile(testenv.KafkaCAFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no PEM certificate", testenv.KafkaCAFile(t))
+	}
+	b, err := os.ReadFile(testenv.KafkaSASLPasswordFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	password := strings.TrimRight(string(b), "\r\n")
+	metadata := func(pass string) error {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.KafkaSASLBrokers(t)...),
+			kgo.DialTLSConfig(&tls.Config{RootCAs: roots}),
+			kgo.SASL(scram.Auth{User: testenv.KafkaSASLUser(t), Pass: pass}.AsSha512Mechanism()))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = kadm.NewClient(cl).BrokerMetadata(ctx)
+		return err
+	}
+	if err := metadata(password); err != nil {
+		t.Fatalf("metadata over SASL_SSL as %s: %v", testenv.KafkaSASLUser(t), err)
+	}
+	if err := metadata(password + "-wrong"); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+		t.Fatalf("a wrong password: err = %v, want SASL_AUTHENTICATION_FAILED", err)
 	}
 }

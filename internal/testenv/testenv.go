@@ -2,11 +2,16 @@
 //
 // Tests read where the servers are from CDC_OUTBOX_TEST_POSTGRES_URL and
 // CDC_OUTBOX_TEST_KAFKA_BROKERS (`make test` starts local ones and sets
-// both). A missing server fails the test: only `go test -short` (make
-// test-unit) skips integration tests, on purpose. Each test gets its own
-// database, slot, publication and topic names, so tests run in parallel. A
-// test that needs server settings the shared server must not have (TLS, a
-// small max_slot_wal_keep_size) starts a cluster of its own with Cluster.
+// both). The broker's SASL_SSL listener (TLS, SCRAM-SHA-512) is
+// CDC_OUTBOX_TEST_KAFKA_SASL_BROKERS, its CA certificate (PEM)
+// CDC_OUTBOX_TEST_KAFKA_CA, its user CDC_OUTBOX_TEST_KAFKA_SASL_USER and the
+// file holding that user's password CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE
+// (set by `make test` too, from scripts/kafka.sh). A missing server fails the
+// test: only `go test -short` (make test-unit) skips integration tests, on
+// purpose. Each test gets its own database, slot, publication and topic
+// names, so tests run in parallel. A test that needs server settings the
+// shared server must not have (TLS, a small max_slot_wal_keep_size) starts a
+// cluster of its own with Cluster.
 //
 // It is test support: it must never be imported by the streamer itself.
 package testenv
@@ -33,6 +38,11 @@ const (
 	envKafka       = "CDC_OUTBOX_TEST_KAFKA_BROKERS"
 	envPostgresCtl = "CDC_OUTBOX_TEST_POSTGRES_CTL"
 	envKafkaCtl    = "CDC_OUTBOX_TEST_KAFKA_CTL"
+
+	envKafkaSASL             = "CDC_OUTBOX_TEST_KAFKA_SASL_BROKERS"
+	envKafkaCA               = "CDC_OUTBOX_TEST_KAFKA_CA"
+	envKafkaSASLUser         = "CDC_OUTBOX_TEST_KAFKA_SASL_USER"
+	envKafkaSASLPasswordFile = "CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE"
 )
 
 func require(t testing.TB, env string) string {
@@ -52,6 +62,21 @@ func PostgresURL(t testing.TB) string { return require(t, envPostgres) }
 
 // KafkaBrokers returns the test broker's bootstrap addresses.
 func KafkaBrokers(t testing.TB) []string { return strings.Split(require(t, envKafka), ",") }
+
+// KafkaSASLBrokers returns the bootstrap addresses of the test broker's
+// SASL_SSL listener: TLS, then SASL SCRAM-SHA-512 as KafkaSASLUser.
+func KafkaSASLBrokers(t testing.TB) []string { return strings.Split(require(t, envKafkaSASL), ",") }
+
+// KafkaCAFile returns the path of the PEM certificate of the CA that signed
+// the SASL_SSL listener's certificate.
+func KafkaCAFile(t testing.TB) string { return require(t, envKafkaCA) }
+
+// KafkaSASLUser returns the SCRAM-SHA-512 user of the SASL_SSL listener.
+func KafkaSASLUser(t testing.TB) string { return require(t, envKafkaSASLUser) }
+
+// KafkaSASLPasswordFile returns the path of the file holding
+// KafkaSASLUser's password (one line).
+func KafkaSASLPasswordFile(t testing.TB) string { return require(t, envKafkaSASLPasswordFile) }
 
 // Name returns a fresh lower-case identifier with the given prefix, usable as
 // a database, slot, publication or topic name.
