@@ -177,6 +177,7 @@ func run(ctx context.Context, c *runConfig, log *slog.Logger) error {
 		Publication:       c.Publication,
 		StatusInterval:    c.StatusInterval,
 		KeepaliveInterval: c.KeepaliveInterval,
+		ReceiveTimeout:    c.ReceiveTimeout,
 		ShutdownTimeout:   c.ShutdownTimeout,
 	}, p, tracker, log)
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p})
