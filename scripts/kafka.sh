@@ -3,7 +3,8 @@
 # for tests, the demo and benchmarks: real Kafka jars from Maven Central, run
 # with the machine's Java 17+. No Docker.
 #
-#   scripts/kafka.sh start|stop|restart|kill|pause|resume|status|brokers|logs|destroy
+#   scripts/kafka.sh start|stop|restart|kill|pause|resume|status|brokers|
+#                    proxied-brokers|proxied-target|logs|destroy
 #
 # The jars are resolved once by Maven from scripts/kafka/pom.xml into
 # .local/kafka/libs and reused. The broker listens on 127.0.0.1 on free ports
@@ -12,6 +13,17 @@
 # `brokers` prints the bootstrap address. "Ready" means the broker answered a
 # metadata request (scripts/kafkaready), not that some time passed.
 # CDC_OUTBOX_LOCAL moves the state folder.
+#
+# A second listener, PROXIED, is for network-fault tests. The broker listens
+# on the address `proxied-target` prints and advertises the one
+# `proxied-brokers` prints, where nothing listens until a test starts a proxy
+# there that forwards to the target. A Kafka client connects to the bootstrap
+# address and then to the address the broker advertises; bootstrapped at
+# `proxied-brokers`, every one of its connections crosses the test's proxy,
+# which can cut them or go silent. Both ports are chosen at first start and
+# kept. A state folder written before this listener existed is brought up to
+# date (same ports, same log dir) by the next start; a broker already running
+# on the old file opens the listener at its next restart.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,13 +39,24 @@ die() { echo "kafka.sh: $*" >&2; exit 1; }
 
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# free_port [below [taken...]]: a port nothing listens on, under below
+# (default 40000), other than the taken ones.
 free_port() {
-	local p
+	local p below=${1:-40000}
+	shift || true
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 20000))
+		p=$((20000 + RANDOM % (below - 20000)))
+		case " $* " in *" $p "*) continue ;; esac
 		if port_is_free "$p"; then echo "$p"; return; fi
 	done
 	die "no free port found on 127.0.0.1"
+}
+
+# conf_port KEY LISTENER: the port of LISTENER in the KEY line of the
+# existing server.properties (listeners, advertised.listeners), or nothing.
+conf_port() {
+	[ -f "$conf" ] || return 0
+	sed -n "s/^$1=.*$2:\/\/[^,]*:\([0-9][0-9]*\).*/\1/p" "$conf" | head -n 1
 }
 
 java_bin() {
@@ -63,24 +86,48 @@ jars() {
 	touch "$libs/.pom-$sum"
 }
 
+# configure writes server.properties at first start. An existing file is
+# kept as it is unless it lacks a listener this script now writes; then it is
+# written again, keeping its ports and its log dir, so the broker's data and
+# the addresses clients know stay valid.
 configure() {
-	[ -f "$conf" ] && return
+	[ -f "$conf" ] && grep -q '^listeners=.*PROXIED://' "$conf" && return
 	mkdir -p "$state" "$data"
-	local port cport
-	port=$(free_port)
-	cport=$(free_port)
-	while [ "$cport" = "$port" ]; do cport=$(free_port); done
+	local port cport logdirs=""
+	port=$(conf_port listeners PLAINTEXT)
+	cport=$(conf_port listeners CONTROLLER)
+	[ ! -f "$conf" ] || logdirs=$(sed -n 's/^log\.dirs=//p' "$conf" | head -n 1)
+	[ -n "$port" ] || port=$(free_port)
+	[ -n "$cport" ] || cport=$(free_port 40000 "$port")
+	# The PROXIED listener: the broker listens on pport and advertises
+	# padv, where a test's proxy listens (forwarding to pport) while it
+	# runs. padv is taken below the kernel's ephemeral range, so no
+	# outgoing connection is given it as its local port meanwhile.
+	local pport padv ephemeral
+	pport=$(conf_port listeners PROXIED)
+	padv=$(conf_port advertised.listeners PROXIED)
+	ephemeral=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	[ "$ephemeral" -gt 21000 ] 2>/dev/null || ephemeral=40000
+	[ -n "$pport" ] || pport=$(free_port 40000 "$port" "$cport")
+	[ -n "$padv" ] || padv=$(free_port "$ephemeral" "$port" "$cport" "$pport")
+	local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
+	local advertised="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
+	local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+	listeners+=",PROXIED://127.0.0.1:$pport"
+	advertised+=",PROXIED://127.0.0.1:$padv"
+	protocols+=",PROXIED:PLAINTEXT"
+	[ ! -f "$conf" ] || echo "kafka.sh: adding the PROXIED listener to $conf (ports and log dir kept)" >&2
 	cat >"$conf" <<-EOF
 		# Written by scripts/kafka.sh: one node that is both broker and controller.
 		process.roles=broker,controller
 		node.id=1
 		controller.quorum.bootstrap.servers=127.0.0.1:$cport
-		listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-		advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-		listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+		listeners=$listeners
+		advertised.listeners=$advertised
+		listener.security.protocol.map=$protocols
 		inter.broker.listener.name=PLAINTEXT
 		controller.listener.names=CONTROLLER
-		log.dirs=$data
+		log.dirs=${logdirs:-$data}
 		num.partitions=1
 		# A single node: every internal topic has one replica.
 		offsets.topic.replication.factor=1
@@ -123,6 +170,10 @@ ready() {
 start() {
 	if running; then
 		echo "kafka already running: $(cat "$state/brokers")"
+		configure
+		if port_is_free "$(conf_port listeners PROXIED)"; then
+			echo "kafka.sh: the running broker was started without the PROXIED listener; 'scripts/kafka.sh restart' opens it" >&2
+		fi
 		return
 	fi
 	jars
@@ -183,6 +234,11 @@ status)
 	if running; then echo "running: $(cat "$state/brokers")"; else echo "stopped"; exit 3; fi
 	;;
 brokers) configure; cat "$state/brokers" ;;
+# The PROXIED listener (see the top): the address clients are sent to, where
+# a test's proxy listens, and the address the broker listens on, where that
+# proxy forwards.
+proxied-brokers) configure; echo "127.0.0.1:$(conf_port advertised.listeners PROXIED)" ;;
+proxied-target) configure; echo "127.0.0.1:$(conf_port listeners PROXIED)" ;;
 logs) cat "$logfile" ;;
 destroy)
 	stop || true
@@ -190,7 +246,7 @@ destroy)
 	rm -rf "$data" "$conf" "$state/brokers" "$logfile" "$state/format.log"
 	;;
 *)
-	echo "usage: $0 start|stop|restart|kill|pause|resume|status|brokers|logs|destroy" >&2
+	echo "usage: $0 start|stop|restart|kill|pause|resume|status|brokers|proxied-brokers|proxied-target|logs|destroy" >&2
 	exit 2
 	;;
 esac

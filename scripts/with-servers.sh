@@ -9,7 +9,11 @@
 # is stopped again when the command ends, whether it passed or not (one that
 # was already running is left running). For the
 # local servers CDC_OUTBOX_TEST_POSTGRES_CTL / CDC_OUTBOX_TEST_KAFKA_CTL name
-# the control scripts, so fault tests can stop, kill and restart them.
+# the control scripts, so fault tests can stop, kill and restart them, and
+# CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS / CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET
+# the local broker's PROXIED listener (scripts/kafka.sh proxied-brokers,
+# proxied-target), so network-fault tests can put a proxy between a client
+# and the broker. These, too, are used as they are when already set.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +43,9 @@ if [ -n "${kafka:-}" ]; then
 	wait "$kafka"
 	export CDC_OUTBOX_TEST_KAFKA_BROKERS="$("$repo/scripts/kafka.sh" brokers)"
 	export CDC_OUTBOX_TEST_KAFKA_CTL="$repo/scripts/kafka.sh"
+	: "${CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS:=$("$repo/scripts/kafka.sh" proxied-brokers)}"
+	: "${CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET:=$("$repo/scripts/kafka.sh" proxied-target)}"
+	export CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET
 fi
 
 "$@"

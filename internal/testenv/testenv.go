@@ -5,6 +5,8 @@
 // both). A missing server fails the test: only `go test -short` (make
 // test-unit) skips integration tests, on purpose. Each test gets its own
 // database, slot, publication and topic names, so tests run in parallel.
+// Proxy puts a TCP proxy of the test's own between a client and a server,
+// to cut or silence the network between them.
 //
 // It is test support: it must never be imported by the streamer itself.
 package testenv
@@ -31,6 +33,9 @@ const (
 	envKafka       = "CDC_OUTBOX_TEST_KAFKA_BROKERS"
 	envPostgresCtl = "CDC_OUTBOX_TEST_POSTGRES_CTL"
 	envKafkaCtl    = "CDC_OUTBOX_TEST_KAFKA_CTL"
+
+	envKafkaProxiedBrokers = "CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS"
+	envKafkaProxiedTarget  = "CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET"
 )
 
 func require(t testing.TB, env string) string {
@@ -50,6 +55,18 @@ func PostgresURL(t testing.TB) string { return require(t, envPostgres) }
 
 // KafkaBrokers returns the test broker's bootstrap addresses.
 func KafkaBrokers(t testing.TB) []string { return strings.Split(require(t, envKafka), ",") }
+
+// KafkaProxiedBrokers is the address the test broker advertises on its
+// PROXIED listener (scripts/kafka.sh proxied-brokers). Nothing listens
+// there until a test starts a Proxy on it that forwards to
+// KafkaProxiedTarget; a client bootstrapped at this address then makes
+// every connection to the broker through that proxy. One test at a time
+// can hold it.
+func KafkaProxiedBrokers(t testing.TB) string { return require(t, envKafkaProxiedBrokers) }
+
+// KafkaProxiedTarget is the address the broker's PROXIED listener listens
+// on (scripts/kafka.sh proxied-target): where the proxy forwards.
+func KafkaProxiedTarget(t testing.TB) string { return require(t, envKafkaProxiedTarget) }
 
 // Name returns a fresh lower-case identifier with the given prefix, usable as
 // a database, slot, publication or topic name.
