@@ -5,6 +5,7 @@
 #
 #   scripts/kafka.sh start|stop|restart|kill|pause|resume|status|logs|destroy
 #   scripts/kafka.sh brokers|sasl-brokers|sasl-user|sasl-password-file|ca-file
+#   scripts/kafka.sh proxied-brokers|proxied-target
 #
 # The jars are resolved once by Maven from scripts/kafka/pom.xml into
 # .local/kafka/libs and reused. The broker listens on 127.0.0.1 on free ports
@@ -30,6 +31,16 @@
 # SASL_SSL listener existed is brought up to date by the next start: same
 # ports, same data, a broker still running the old configuration restarted.
 # CDC_OUTBOX_LOCAL moves the state folder.
+#
+# A second listener, PROXIED, is for network-fault tests. The broker listens
+# on the address `proxied-target` prints and advertises the one
+# `proxied-brokers` prints, where nothing listens until a test starts a proxy
+# there that forwards to the target. A Kafka client connects to the bootstrap
+# address and then to the address the broker advertises; bootstrapped at
+# `proxied-brokers`, every one of its connections crosses the test's proxy,
+# which can cut them or go silent. Both ports are chosen at first start and
+# kept. A state folder written before this listener existed is brought up to
+# date (same ports, same log dir) by the next start, like the SASL_SSL one.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,13 +59,24 @@ die() { echo "kafka.sh: $*" >&2; exit 1; }
 
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# free_port [below [taken...]]: a port nothing listens on, under below
+# (default 40000), other than the taken ones.
 free_port() {
-	local p
+	local p below=${1:-40000}
+	shift || true
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 20000))
+		p=$((20000 + RANDOM % (below - 20000)))
+		case " $* " in *" $p "*) continue ;; esac
 		if port_is_free "$p"; then echo "$p"; return; fi
 	done
 	die "no free port found on 127.0.0.1"
+}
+
+# conf_port KEY LISTENER: the port of LISTENER in the KEY line of the
+# existing server.properties (listeners, advertised.listeners), or nothing.
+conf_port() {
+	[ -f "$conf" ] || return 0
+	sed -n "s/^$1=.*$2:\/\/[^,]*:\([0-9][0-9]*\).*/\1/p" "$conf" | head -n 1
 }
 
 java_bin() {
@@ -133,26 +155,31 @@ jars() {
 	touch "$libs/.pom-$sum"
 }
 
-# listener_port NAME prints the port of listener NAME in server.properties,
-# or nothing.
-listener_port() {
-	[ -f "$conf" ] || return 0
-	sed -n 's/^listeners=//p' "$conf" | tr ',' '\n' | sed -n "s|^$1://[^:]*:\([0-9][0-9]*\)\$|\1|p"
-}
-
 # configure writes server.properties. Ports already in it are kept, so an
-# older file (one without the SASL_SSL listener) gains the listener and
-# keeps its address and data; a file that is already current is left as it
-# is.
+# older file (one without the SASL_SSL or the PROXIED listener) gains the
+# listener and keeps its addresses, its log dir and so its data; a file
+# that is already current is left as it is.
 configure() {
 	mkdir -p "$state" "$data"
-	local port cport sport
-	port=$(listener_port PLAINTEXT)
-	cport=$(listener_port CONTROLLER)
-	sport=$(listener_port SASL_SSL)
+	local port cport sport logdirs=""
+	port=$(conf_port listeners PLAINTEXT)
+	cport=$(conf_port listeners CONTROLLER)
+	sport=$(conf_port listeners SASL_SSL)
+	[ ! -f "$conf" ] || logdirs=$(sed -n 's/^log\.dirs=//p' "$conf" | head -n 1)
 	[ -n "$port" ] || port=$(free_port)
-	while [ -z "$cport" ] || [ "$cport" = "$port" ]; do cport=$(free_port); done
-	while [ -z "$sport" ] || [ "$sport" = "$port" ] || [ "$sport" = "$cport" ]; do sport=$(free_port); done
+	[ -n "$cport" ] || cport=$(free_port 40000 "$port")
+	[ -n "$sport" ] || sport=$(free_port 40000 "$port" "$cport")
+	# The PROXIED listener: the broker listens on pport and advertises
+	# padv, where a test's proxy listens (forwarding to pport) while it
+	# runs. padv is taken below the kernel's ephemeral range, so no
+	# outgoing connection is given it as its local port meanwhile.
+	local pport padv ephemeral
+	pport=$(conf_port listeners PROXIED)
+	padv=$(conf_port advertised.listeners PROXIED)
+	ephemeral=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	[ "$ephemeral" -gt 21000 ] 2>/dev/null || ephemeral=40000
+	[ -n "$pport" ] || pport=$(free_port 40000 "$port" "$cport" "$sport")
+	[ -n "$padv" ] || padv=$(free_port "$ephemeral" "$port" "$cport" "$sport" "$pport")
 	make_tls
 	make_password
 	local pw
@@ -162,9 +189,9 @@ configure() {
 		process.roles=broker,controller
 		node.id=1
 		controller.quorum.bootstrap.servers=127.0.0.1:$cport
-		listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
-		advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
-		listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+		listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,PROXIED://127.0.0.1:$pport,CONTROLLER://127.0.0.1:$cport
+		advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,PROXIED://127.0.0.1:$padv,CONTROLLER://127.0.0.1:$cport
+		listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,PROXIED:PLAINTEXT,CONTROLLER:PLAINTEXT
 		inter.broker.listener.name=PLAINTEXT
 		controller.listener.names=CONTROLLER
 		# SASL_SSL: TLS with a certificate of the test CA in $tls, and
@@ -179,7 +206,7 @@ configure() {
 		ssl.truststore.location=$tls/truststore.p12
 		ssl.truststore.password=$pw
 		ssl.client.auth=none
-		log.dirs=$data
+		log.dirs=${logdirs:-$data}
 		num.partitions=1
 		# A single node: every internal topic has one replica.
 		offsets.topic.replication.factor=1
@@ -198,7 +225,7 @@ configure() {
 	if cmp -s "$conf.new.$$" "$conf"; then
 		rm -f "$conf.new.$$"
 	else
-		[ -f "$conf" ] && echo "kafka.sh: updated $conf (same ports and data; SASL_SSL listener on 127.0.0.1:$sport)" >&2
+		[ -f "$conf" ] && echo "kafka.sh: updated $conf (same ports and data)" >&2
 		mv "$conf.new.$$" "$conf"
 	fi
 	echo "127.0.0.1:$port" >"$state/brokers"
@@ -306,6 +333,11 @@ sasl-brokers) configure; cat "$state/sasl-brokers" ;;
 sasl-user) echo "$sasl_user" ;;
 sasl-password-file) configure; echo "$password_file" ;;
 ca-file) configure; echo "$tls/ca.pem" ;;
+# The PROXIED listener (see the top): the address clients are sent to, where
+# a test's proxy listens, and the address the broker listens on, where that
+# proxy forwards.
+proxied-brokers) configure; echo "127.0.0.1:$(conf_port advertised.listeners PROXIED)" ;;
+proxied-target) configure; echo "127.0.0.1:$(conf_port listeners PROXIED)" ;;
 logs) cat "$logfile" ;;
 destroy)
 	stop || true
@@ -315,7 +347,7 @@ destroy)
 	;;
 *)
 	echo "usage: $0 start|stop|restart|kill|pause|resume|status|logs|destroy" >&2
-	echo "       $0 brokers|sasl-brokers|sasl-user|sasl-password-file|ca-file" >&2
+	echo "       $0 brokers|sasl-brokers|sasl-user|sasl-password-file|ca-file|proxied-brokers|proxied-target" >&2
 	exit 2
 	;;
 esac

@@ -17,6 +17,12 @@
 # CDC_OUTBOX_TEST_KAFKA_SASL_USER and CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE
 # (the file holding the user's password), each unless already set. With
 # your own broker, set these for its SASL_SSL listener too.
+#
+# It also exports
+# CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS / CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET,
+# the local broker's PROXIED listener (scripts/kafka.sh proxied-brokers,
+# proxied-target), so network-fault tests can put a proxy between a client
+# and the broker. These, too, are used as they are when already set.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,6 +58,9 @@ if [ -n "${kafka:-}" ]; then
 	: "${CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE:=$("$repo/scripts/kafka.sh" sasl-password-file)}"
 	export CDC_OUTBOX_TEST_KAFKA_SASL_BROKERS CDC_OUTBOX_TEST_KAFKA_CA \
 		CDC_OUTBOX_TEST_KAFKA_SASL_USER CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE
+	: "${CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS:=$("$repo/scripts/kafka.sh" proxied-brokers)}"
+	: "${CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET:=$("$repo/scripts/kafka.sh" proxied-target)}"
+	export CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET
 fi
 
 "$@"

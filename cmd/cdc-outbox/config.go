@@ -47,6 +47,7 @@ type runConfig struct {
 	MaxInflightBytes  int
 	StatusInterval    time.Duration
 	KeepaliveInterval time.Duration
+	ReceiveTimeout    time.Duration
 	ShutdownTimeout   time.Duration
 
 	HTTPAddr         string
@@ -103,6 +104,8 @@ func runFlags(c *runConfig) *flags {
 	f.Int(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "`bytes` sent but not yet acknowledged before reading pauses")
 	f.Duration(&c.StatusInterval, "status-interval", 200*time.Millisecond, "least time between position updates to PostgreSQL; smaller means fewer repeats after a crash")
 	f.Duration(&c.KeepaliveInterval, "keepalive-interval", 10*time.Second, "most time between status updates; keep it well below the server's wal_sender_timeout")
+	f.Duration(&c.ReceiveTimeout, "receive-timeout", 30*time.Second, "how long PostgreSQL may send nothing on the replication connection (a reply is requested at half of it) before it is taken for dead and opened again; "+
+		"also bounds connecting. 0 turns it off")
 	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for in-flight events")
 
 	f.String(&c.HTTPAddr, "http-addr", ":8080", "`address` of the HTTP endpoint serving /metrics, /healthz and /readyz; empty turns it off")
@@ -138,6 +141,8 @@ func (c *runConfig) validate() error {
 	check(c.MaxRecordBytes >= 1024, "--max-record-bytes must be at least 1024")
 	check(c.StatusInterval > 0, "--status-interval must be positive")
 	check(c.KeepaliveInterval >= c.StatusInterval, "--keepalive-interval must be at least --status-interval")
+	check(c.ReceiveTimeout == 0 || c.ReceiveTimeout >= max(time.Second, 4*c.StatusInterval),
+		"--receive-timeout must be 0 (off) or at least 1s and 4 × --status-interval")
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
 	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval must be at least 1s")
 	check(c.KafkaLinger >= 0, "--kafka-linger must not be negative")

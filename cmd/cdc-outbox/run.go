@@ -183,6 +183,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		Publication:       c.Publication,
 		StatusInterval:    c.StatusInterval,
 		KeepaliveInterval: c.KeepaliveInterval,
+		ReceiveTimeout:    c.ReceiveTimeout,
 		ShutdownTimeout:   c.ShutdownTimeout,
 	}, p, tracker, log)
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p})

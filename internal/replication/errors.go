@@ -22,6 +22,12 @@ var ErrSlotInUse = errors.New("replication slot is in use by another process")
 // recreate the slot, since that skips those changes.
 var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
 
+// ErrServerSilent means the replication connection was given up because the
+// server sent nothing, not even an answer to a requested reply, for the
+// receive timeout: the network or the server hangs. Streaming resumes on a
+// new connection.
+var ErrServerSilent = errors.New("PostgreSQL stopped answering on the replication connection")
+
 // SQLSTATE codes the streamer decides on.
 const (
 	codeObjectInUse        = "55006" // replication slot is active for PID ...

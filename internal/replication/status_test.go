@@ -87,3 +87,29 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 func pgErr(code string) error { return &pgconn.PgError{Code: code} }
+
+func TestSilence(t *testing.T) {
+	const timeout = 4 * time.Second
+	heard := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name    string
+		quiet   time.Duration
+		probed  bool
+		timeout time.Duration
+		want    int
+	}{
+		{"heard just now", 0, false, timeout, silenceFine},
+		{"quiet, under half", 1999 * time.Millisecond, false, timeout, silenceFine},
+		{"half: request a reply", 2 * time.Second, false, timeout, silenceProbe},
+		{"reply requested, waiting", 3 * time.Second, true, timeout, silenceFine},
+		{"whole timeout: dead", 4 * time.Second, true, timeout, silenceDead},
+		{"whole timeout without a probe: dead all the same", 5 * time.Second, false, timeout, silenceDead},
+		{"off", time.Hour, false, 0, silenceFine},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := silence(heard.Add(tc.quiet), heard, tc.probed, tc.timeout); got != tc.want {
+				t.Fatalf("silence after %s (probed %v) = %d, want %d", tc.quiet, tc.probed, got, tc.want)
+			}
+		})
+	}
+}

@@ -61,6 +61,11 @@ type Config struct {
 	KeepaliveInterval time.Duration
 	// ShutdownTimeout bounds the wait for in-flight records on shutdown.
 	ShutdownTimeout time.Duration
+	// ReceiveTimeout is how long the server may stay silent, while the
+	// stream reads, before the connection is taken for dead and opened
+	// again; a reply is requested at half of it. It also bounds connecting
+	// and starting replication. 0 turns it off.
+	ReceiveTimeout time.Duration
 }
 
 // Stream owns the replication connection.
@@ -172,6 +177,15 @@ func backoff(attempt int) time.Duration {
 // session runs one replication connection from connect to error or
 // shutdown.
 func (s *Stream) session(ctx context.Context) error {
+	// Connecting and starting replication are bounded too: behind a silent
+	// network a TCP connect can succeed (a proxy, a load balancer) and the
+	// startup message then waits for an answer forever.
+	setupCtx := ctx
+	if s.cfg.ReceiveTimeout > 0 {
+		var cancel context.CancelFunc
+		setupCtx, cancel = context.WithTimeout(ctx, s.cfg.ReceiveTimeout)
+		defer cancel()
+	}
 	cfg, err := pgconn.ParseConfig(s.cfg.URL)
 	if err != nil {
 		return fatal{fmt.Errorf("postgres url: %w", err)}
@@ -188,7 +202,7 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		return pgproto3.NewFrontend(bufio.NewReaderSize(newNapReader(r), readBuffer), w)
 	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
 		return ExplainConnect(err)
 	}
@@ -204,7 +218,7 @@ func (s *Stream) session(ctx context.Context) error {
 		// stream; the decoder passes over them.
 		args = append(args, "messages 'true'")
 	}
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
+	err = pglogrepl.StartReplication(setupCtx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		return s.explain(err)
 	}
@@ -251,9 +265,24 @@ func serverMajor(version string) int {
 // stream is the receive loop. It never blocks on Kafka: when too much is in
 // flight it stops reading but keeps sending status updates, so the server's
 // wal_sender_timeout never fires under backpressure.
+//
+// It also notices a dead connection. Reads wake up every status interval
+// and simply read again, and status updates are small writes that the
+// kernel buffers, so a connection whose peer went silent (a network
+// partition, a firewall that dropped the flow, a hung server) would
+// otherwise be read from forever: TCP reports nothing while the kernel
+// keeps retransmitting, for up to a quarter of an hour. TCP keepalives or
+// tcp_user_timeout would not cover a peer whose kernel still answers (a
+// hung server or middlebox), nor be on by default. So the loop keeps its
+// own clock: after half of ReceiveTimeout without a message it sends a
+// status update that requests a reply, which a live walsender answers at
+// once with a keepalive, and after the whole ReceiveTimeout without a
+// message it gives the connection up; Run reconnects. Time spent not
+// reading (backpressure) does not count as the server's silence.
 func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	netConn := conn.Conn()
 	var deadline time.Time
+	heard, probed, received := time.Now(), false, false
 	for {
 		select {
 		case err := <-s.h.Failed():
@@ -264,6 +293,9 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			return s.shutdown(conn)
 		}
 		now := time.Now()
+		if received {
+			heard, probed, received = now, false, false
+		}
 		if err := s.status(conn, now, false); err != nil {
 			return err
 		}
@@ -271,7 +303,18 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			if err := s.pause(ctx); err != nil {
 				return err
 			}
+			heard, probed = time.Now(), false
 			continue
+		}
+		switch silence(now, heard, probed, s.cfg.ReceiveTimeout) {
+		case silenceProbe:
+			if err := s.send(conn, now, true, true); err != nil {
+				return err
+			}
+			probed = true
+		case silenceDead:
+			return fmt.Errorf("%w: nothing received for %s, a reply requested after %s was not answered",
+				ErrServerSilent, now.Sub(heard).Round(time.Millisecond), (s.cfg.ReceiveTimeout / 2).Round(time.Millisecond))
 		}
 		// Reading blocks until data or the deadline; the deadline is the
 		// next moment a status update may be due. Set on the socket rather
@@ -289,6 +332,7 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			}
 			return err
 		}
+		received = true
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := s.copyData(conn, m.Data); err != nil {
@@ -365,10 +409,16 @@ func (s *Stream) pause(ctx context.Context) error {
 
 // status sends a standby status update when nextStatus says one is due.
 func (s *Stream) status(conn *pgconn.PgConn, now time.Time, force bool) error {
+	return s.send(conn, now, force, false)
+}
+
+// send is status; reply also asks the server to answer at once.
+func (s *Stream) send(conn *pgconn.PgConn, now time.Time, force, reply bool) error {
 	u, due := nextStatus(now, s.pos.Confirmed(), s.lastSent, s.lastSentAt, s.cfg.StatusInterval, s.cfg.KeepaliveInterval, force)
 	if !due {
 		return nil
 	}
+	u.ReplyRequested = reply
 	if err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, u); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
@@ -377,6 +427,30 @@ func (s *Stream) status(conn *pgconn.PgConn, now time.Time, force bool) error {
 	}
 	s.lastSent, s.lastSentAt = u.WALFlushPosition, now
 	return nil
+}
+
+// What silence asks of the receive loop.
+const (
+	silenceFine  = iota // heard from the server recently enough
+	silenceProbe        // request a reply
+	silenceDead         // give the connection up
+)
+
+// silence decides, from the time the server was last heard from and
+// whether a reply was already requested since, whether the connection
+// needs a probe or is dead. timeout 0 never decides either.
+func silence(now, heard time.Time, probed bool, timeout time.Duration) int {
+	if timeout <= 0 {
+		return silenceFine
+	}
+	quiet := now.Sub(heard)
+	switch {
+	case quiet >= timeout:
+		return silenceDead
+	case quiet >= timeout/2 && !probed:
+		return silenceProbe
+	}
+	return silenceFine
 }
 
 // nextStatus decides whether a standby status update is due and what it

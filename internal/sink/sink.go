@@ -2,14 +2,12 @@ package sink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kslog"
 )
@@ -116,18 +114,11 @@ func (s *Sink) Produce(r *kgo.Record) {
 // or ctx ends.
 func (s *Sink) Flush(ctx context.Context) error { return s.cl.Flush(ctx) }
 
-// Ping asks the broker for metadata: the one proof that it is reachable and
-// serving.
-func (s *Sink) Ping(ctx context.Context) error {
-	m, err := kadm.NewClient(s.cl).BrokerMetadata(ctx)
-	if err != nil {
-		return err
-	}
-	if len(m.Brokers) == 0 {
-		return errors.New("metadata lists no brokers")
-	}
-	return nil
-}
+// Ping asks a broker for metadata: the one proof that it is reachable and
+// serving. It always sends the request: kadm's BrokerMetadata answers from
+// the client's cache once it knows the brokers, which would report a broker
+// that went silent as up forever.
+func (s *Sink) Ping(ctx context.Context) error { return s.cl.Ping(ctx) }
 
 // Close stops the client. Records still buffered fail with
 // kgo.ErrClientClosed; callers Flush first to avoid that.

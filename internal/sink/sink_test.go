@@ -3,6 +3,7 @@ package sink_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -57,5 +58,40 @@ func TestUnknownCompressionIsRefused(t *testing.T) {
 	_, err := sink.New(sink.Config{Brokers: []string{"127.0.0.1:1"}, Compression: "brotli"}, slog.New(slog.DiscardHandler), nil)
 	if err == nil {
 		t.Fatal("brotli accepted")
+	}
+}
+
+// TestPingNoticesASilentBroker: behind a proxy that stops forwarding, Ping
+// fails within its context, and succeeds again once the network heals. A
+// ping answered from the client's metadata cache would pass throughout.
+func TestPingNoticesASilentBroker(t *testing.T) {
+	t.Parallel()
+	proxy := testenv.NewProxy(t, "127.0.0.1:0", testenv.KafkaBrokers(t)[0])
+	// Every connection, to the seed and to the address the broker
+	// advertises, goes through the proxy.
+	var d net.Dialer
+	through := kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, proxy.Addr())
+	})
+	s, err := sink.New(sink.Config{Brokers: []string{proxy.Addr()}, Opts: []kgo.Opt{through}}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ping := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return s.Ping(ctx)
+	}
+	if err := ping(30 * time.Second); err != nil {
+		t.Fatalf("ping a reachable broker: %v", err)
+	}
+	proxy.Blackhole()
+	if err := ping(2 * time.Second); err == nil {
+		t.Fatal("ping succeeded while the network was silent")
+	}
+	proxy.Restore()
+	if err := ping(30 * time.Second); err != nil {
+		t.Fatalf("ping after the network healed: %v", err)
 	}
 }

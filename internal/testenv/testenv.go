@@ -12,6 +12,8 @@
 // names, so tests run in parallel. A test that needs server settings the
 // shared server must not have (TLS, a small max_slot_wal_keep_size) starts a
 // cluster of its own with Cluster.
+// Proxy puts a TCP proxy of the test's own between a client and a server,
+// to cut or silence the network between them.
 //
 // It is test support: it must never be imported by the streamer itself.
 package testenv
@@ -43,6 +45,8 @@ const (
 	envKafkaCA               = "CDC_OUTBOX_TEST_KAFKA_CA"
 	envKafkaSASLUser         = "CDC_OUTBOX_TEST_KAFKA_SASL_USER"
 	envKafkaSASLPasswordFile = "CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE"
+	envKafkaProxiedBrokers   = "CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS"
+	envKafkaProxiedTarget    = "CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET"
 )
 
 func require(t testing.TB, env string) string {
@@ -77,6 +81,18 @@ func KafkaSASLUser(t testing.TB) string { return require(t, envKafkaSASLUser) }
 // KafkaSASLPasswordFile returns the path of the file holding
 // KafkaSASLUser's password (one line).
 func KafkaSASLPasswordFile(t testing.TB) string { return require(t, envKafkaSASLPasswordFile) }
+
+// KafkaProxiedBrokers is the address the test broker advertises on its
+// PROXIED listener (scripts/kafka.sh proxied-brokers). Nothing listens
+// there until a test starts a Proxy on it that forwards to
+// KafkaProxiedTarget; a client bootstrapped at this address then makes
+// every connection to the broker through that proxy. One test at a time
+// can hold it.
+func KafkaProxiedBrokers(t testing.TB) string { return require(t, envKafkaProxiedBrokers) }
+
+// KafkaProxiedTarget is the address the broker's PROXIED listener listens
+// on (scripts/kafka.sh proxied-target): where the proxy forwards.
+func KafkaProxiedTarget(t testing.TB) string { return require(t, envKafkaProxiedTarget) }
 
 // Name returns a fresh lower-case identifier with the given prefix, usable as
 // a database, slot, publication or topic name.
