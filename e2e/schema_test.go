@@ -83,7 +83,7 @@ func TestRequiredColumnRenamed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := testenv.Context(t)
-	s := e.start("--status-interval", "1h", "--keepalive-interval", "1h")
+	s := e.start("--status-interval", "1h", "--keepalive-interval", "1h", "--receive-timeout", "0")
 	e.waitStreaming()
 	wl := newWorkload(e)
 	if err := wl.write(ctx, 0, 100, 5, "payment", false); err != nil {
