@@ -6,7 +6,8 @@
 //     server's walsender can decode and send) and by the streamer (which
 //     also maps, produces to Kafka and waits for the acks).
 //  2. Steady load: writers at fixed rates; the streamer's commit→ack latency,
-//     CPU per event and memory.
+//     CPU per event and memory, after the same load read by a Go reader
+//     alone (the reference: commit to arrival, the walsender's share).
 //  3. Crash: SIGKILL under load, restart, and count what Kafka got twice.
 //
 // It needs a PostgreSQL superuser URL in CDC_OUTBOX_TEST_POSTGRES_URL and a

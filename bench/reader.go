@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -97,6 +98,87 @@ func readBacklog(ctx context.Context, url, slot, publication string, end pglogre
 				return inserts, err
 			}
 			lastStatus = time.Now()
+		}
+	}
+}
+
+// commitDelays is the steady-load reference: it streams a slot like the
+// streamer does, but only notes for each transaction how long after its
+// commit the Begin message arrived (the message carries the commit time,
+// taken by the server on this machine's clock). That is the walsender's
+// share of commit→ack latency: the least any client can have on this
+// machine at this rate. It answers the server every second with what it
+// received, so the slot does not hold WAL, and records a delay only while
+// measuring is set. It returns when ctx ends.
+func commitDelays(ctx context.Context, url, slot string, measuring *atomic.Bool) ([]time.Duration, error) {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "cdc-outbox-bench-reader"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		"publication_names " + quoteLiteral(pgx.Identifier{publication}.Sanitize()),
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("start replication: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.Conn().Close() })
+	defer stop()
+
+	var delays []time.Duration
+	var received pglogrepl.LSN
+	lastStatus := time.Now()
+	for {
+		msg, err := conn.ReceiveMessage(context.Background())
+		now := time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				return delays, nil
+			}
+			return delays, err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return delays, err
+				}
+				received = max(received, x.WALStart)
+				if len(x.WALData) > 0 && x.WALData[0] == 'B' && measuring.Load() {
+					lm, err := pglogrepl.Parse(x.WALData)
+					if err != nil {
+						return delays, err
+					}
+					delays = append(delays, now.Sub(lm.(*pglogrepl.BeginMessage).CommitTime))
+				}
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				if _, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:]); err != nil {
+					return delays, err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return delays, pgconn.ErrorResponseToPgError(m)
+		default:
+			return delays, fmt.Errorf("unexpected message %T", msg)
+		}
+		if now.Sub(lastStatus) >= time.Second {
+			err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: received})
+			if err != nil {
+				return delays, err
+			}
+			lastStatus = now
 		}
 	}
 }

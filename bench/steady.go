@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -22,6 +23,15 @@ type steadyResult struct {
 	cpuPerEvent float64 // µs
 	rssMiB      float64
 	writeErrors int64
+	// ref is the reference at the same rate: commit to arrival at a client
+	// that does nothing, the walsender's share of the latency.
+	ref reference
+}
+
+// reference is the steady-load reference's latency at one rate.
+type reference struct {
+	achieved       float64
+	p50, p99, p999 quant
 }
 
 // warmup runs before the measured window: the first events pay for
@@ -29,31 +39,93 @@ type steadyResult struct {
 // start-up rather than steady state.
 const warmup = 3 * time.Second
 
-// steadyLoads measures each rate with a fresh streamer on one slot (a rate's
-// peak RSS is then its own), stopped with SIGTERM between rates.
+// steadyLoads measures each rate twice, the reference first and then a
+// fresh streamer (a rate's peak RSS is then its own), each on a slot made
+// just before, so neither reads what was written for the other.
 func (b *bench) steadyLoads(ctx context.Context, rates []int, d time.Duration) ([]steadyResult, error) {
 	const aggType = "steady"
-	slot := b.slot("steady")
 	if err := b.createTopic(ctx, aggType); err != nil {
 		return nil, err
 	}
-	if err := b.createSlot(ctx, slot); err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.dropSlot(context.Background(), slot) }()
 	var out []steadyResult
 	for _, rate := range rates {
-		r, err := b.steady(ctx, slot, aggType, rate, d)
+		ref, err := b.steadyReference(ctx, aggType, rate, d)
+		if err != nil {
+			return out, fmt.Errorf("%d events/s, reference: %w", rate, err)
+		}
+		r, err := b.steady(ctx, aggType, rate, d)
 		if err != nil {
 			return out, fmt.Errorf("%d events/s: %w", rate, err)
 		}
+		r.ref = ref
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-func (b *bench) steady(ctx context.Context, slot, aggType string, rate int, d time.Duration) (steadyResult, error) {
+// steadyReference runs the load at rate with only commitDelays reading.
+func (b *bench) steadyReference(ctx context.Context, aggType string, rate int, d time.Duration) (reference, error) {
+	var ref reference
+	slot := b.slot(fmt.Sprintf("steady%d_goreader", rate))
+	if err := b.createSlot(ctx, slot); err != nil {
+		return ref, err
+	}
+	defer func() { _ = b.dropSlot(context.Background(), slot) }()
+	progress("steady %d/s: the reference (a Go reader) alone, %s warm-up, then %s measured", rate, warmup, d)
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	var measuring atomic.Bool
+	type readResult struct {
+		delays []time.Duration
+		err    error
+	}
+	done := make(chan readResult, 1)
+	go func() {
+		delays, err := commitDelays(readCtx, b.dbURL, slot, &measuring)
+		done <- readResult{delays, err}
+	}()
+	if w := writePaced(ctx, b.pool, rate, warmup, aggType, nil); w.lastErr != nil && ctx.Err() == nil {
+		return ref, fmt.Errorf("warm-up writes: %w", w.lastErr)
+	}
+	measuring.Store(true)
+	w := writePaced(ctx, b.pool, rate, d, aggType, nil)
+	// The window's last commits arrive within moments at any rate the
+	// reader keeps up with; one that arrives later is lost to the tail.
+	time.Sleep(time.Second)
+	stopReading()
+	res := <-done
+	if ctx.Err() != nil {
+		return ref, ctx.Err()
+	}
+	if res.err != nil {
+		return ref, res.err
+	}
+	ref.achieved = w.rate()
+	ref.p50, ref.p99, ref.p999 = exactQuantile(0.50, res.delays), exactQuantile(0.99, res.delays), exactQuantile(0.999, res.delays)
+	progress("steady %d/s: reference: %d transactions; commit to arrival p50 %s p99 %s p99.9 %s",
+		rate, len(res.delays), ref.p50, ref.p99, ref.p999)
+	return ref, nil
+}
+
+// exactQuantile is the q-quantile of samples (nearest rank); NaN when there
+// are none.
+func exactQuantile(q float64, samples []time.Duration) quant {
+	if len(samples) == 0 {
+		return quant{sec: math.NaN()}
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	i := min(int(math.Ceil(q*float64(len(s))))-1, len(s)-1)
+	return quant{sec: s[max(i, 0)].Seconds()}
+}
+
+func (b *bench) steady(ctx context.Context, aggType string, rate int, d time.Duration) (steadyResult, error) {
 	r := steadyResult{rate: rate}
+	slot := b.slot(fmt.Sprintf("steady%d_streamer", rate))
+	if err := b.createSlot(ctx, slot); err != nil {
+		return r, err
+	}
+	defer func() { _ = b.dropSlot(context.Background(), slot) }()
 	progress("steady %d/s: starting the streamer", rate)
 	s, err := b.startStreamer(slot)
 	if err != nil {
