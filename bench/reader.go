@@ -21,25 +21,11 @@ import (
 // keepalive whose ServerWALEnd is at or beyond it (the walsender sends
 // those once it has decoded and sent everything up to that point).
 func readBacklog(ctx context.Context, url, slot, publication string, end pglogrepl.LSN) (inserts int, err error) {
-	cfg, err := pgconn.ParseConfig(url)
-	if err != nil {
-		return 0, err
-	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "cdc-outbox-bench-reader"
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := startReading(ctx, url, slot, publication)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close(context.Background())
-	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{
-		"proto_version '1'",
-		"publication_names " + quoteLiteral(pgx.Identifier{publication}.Sanitize()),
-	}})
-	if err != nil {
-		return 0, fmt.Errorf("start replication: %w", err)
-	}
-
 	// ReceiveMessage with context.Background() skips pgconn's per-call
 	// context watcher (a goroutine hand-off per message); cancellation is
 	// done by closing the connection instead.
@@ -111,24 +97,11 @@ func readBacklog(ctx context.Context, url, slot, publication string, end pglogre
 // received, so the slot does not hold WAL, and records a delay only while
 // measuring is set. It returns when ctx ends.
 func commitDelays(ctx context.Context, url, slot string, measuring *atomic.Bool) ([]time.Duration, error) {
-	cfg, err := pgconn.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "cdc-outbox-bench-reader"
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := startReading(ctx, url, slot, publication)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{
-		"proto_version '1'",
-		"publication_names " + quoteLiteral(pgx.Identifier{publication}.Sanitize()),
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("start replication: %w", err)
-	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.Conn().Close() })
 	defer stop()
 
@@ -181,4 +154,28 @@ func commitDelays(ctx context.Context, url, slot string, measuring *atomic.Bool)
 			lastStatus = now
 		}
 	}
+}
+
+// startReading opens a replication connection and starts streaming slot
+// from its confirmed position, with the plugin options the streamer uses.
+func startReading(ctx context.Context, url, slot, publication string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "cdc-outbox-bench-reader"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		"publication_names " + quoteLiteral(pgx.Identifier{publication}.Sanitize()),
+	}})
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("start replication: %w", err)
+	}
+	return conn, nil
 }

@@ -30,11 +30,7 @@ func TestStatusUpdatesFlowUnderBackpressure(t *testing.T) {
 	time.Sleep(6 * time.Second) // three walsender timeouts
 	resume()
 
-	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
-	t.Logf("verifier after a 6s broker pause: %s", v)
-	if v.missing != 0 || v.orderViolations != 0 {
-		t.Fatalf("verifier: %s", v)
-	}
+	wl.check([]string{"payment"}, "after a 6s broker pause")
 	if log := s.logText(); strings.Contains(log, "replication connection lost") {
 		t.Fatalf("the replication connection dropped under backpressure:\n%s", log)
 	}
@@ -60,11 +56,7 @@ func TestReconnectsAfterPostgresRestart(t *testing.T) {
 	if err := wl.write(ctx, 1, 300, 1, "payment", false); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
-	t.Logf("verifier across a PostgreSQL restart: %s", v)
-	if v.missing != 0 || v.orderViolations != 0 {
-		t.Fatalf("verifier: %s", v)
-	}
+	wl.check([]string{"payment"}, "across a PostgreSQL restart")
 	if !strings.Contains(s.logText(), "reconnecting") {
 		t.Fatalf("no reconnect logged:\n%s", s.logText())
 	}
@@ -97,11 +89,7 @@ func TestHotStandby(t *testing.T) {
 		return strings.Count(standby.logText(), `"msg":"streaming"`) == 1
 	})
 	t.Logf("standby took over %s after the SIGKILL", time.Since(killed).Round(100*time.Millisecond))
-	v, _ := wl.verify([]string{"payment"}, 2*time.Minute)
-	t.Logf("verifier across the takeover: %s", v)
-	if v.missing != 0 || v.orderViolations != 0 {
-		t.Fatalf("verifier: %s", v)
-	}
+	wl.check([]string{"payment"}, "across the takeover")
 	standby.stop()
 }
 
@@ -130,10 +118,6 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 		}
 	}
 	start()
-	v, _ := wl.verify([]string{"payment"}, 3*time.Minute)
-	t.Logf("verifier across a broker SIGKILL: %s", v)
-	if v.missing != 0 || v.orderViolations != 0 {
-		t.Fatalf("verifier: %s; missing ids: %v", v, v.missingIDs)
-	}
+	wl.check([]string{"payment"}, "across a broker SIGKILL")
 	s.stop()
 }

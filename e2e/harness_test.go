@@ -421,6 +421,18 @@ func (wl *workload) verify(types []string, timeout time.Duration) (verdict, map[
 	return v, got
 }
 
+// check verifies the topics, logs the verdict and fails on a missing event
+// or an order violation.
+func (wl *workload) check(types []string, what string) {
+	t := wl.e.t
+	t.Helper()
+	v, _ := wl.verify(types, 3*time.Minute)
+	t.Logf("verifier %s: %s", what, v)
+	if v.missing != 0 || v.orderViolations != 0 {
+		t.Fatalf("verifier: %s; missing ids: %v", v, v.missingIDs)
+	}
+}
+
 func header(r *kgo.Record, key string) string {
 	for _, h := range r.Headers {
 		if h.Key == key {

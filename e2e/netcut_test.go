@@ -268,18 +268,6 @@ func (wl *workload) progress(t *testing.T, n int) {
 	eventually(t, time.Minute, "the writers to commit more events", func() bool { return wl.written() >= want })
 }
 
-// check verifies the topics, logs the verdict and fails on a missing event
-// or an order violation.
-func (wl *workload) check(types []string, what string) {
-	t := wl.e.t
-	t.Helper()
-	v, _ := wl.verify(types, 3*time.Minute)
-	t.Logf("verifier %s: %s", what, v)
-	if v.missing != 0 || v.orderViolations != 0 {
-		t.Fatalf("verifier: %s; missing ids: %v", v, v.missingIDs)
-	}
-}
-
 // waitConfirmed waits until the slot has confirmed lsn and returns the time
 // since from.
 func (e *env) waitConfirmed(lsn int64, timeout time.Duration, from time.Time) time.Duration {
