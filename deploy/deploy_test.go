@@ -60,6 +60,7 @@ var contract = map[string][]string{
 	"cdc_outbox_lag_seconds":                nil,
 	"cdc_outbox_replication_lag_bytes":      nil,
 	"cdc_outbox_end_to_end_latency_seconds": nil, // histogram
+	"cdc_outbox_receive_latency_seconds":    nil, // histogram
 	"cdc_outbox_confirmed_lsn":              nil,
 	"cdc_outbox_received_lsn":               nil,
 	"cdc_outbox_inflight_events":            nil,
@@ -73,7 +74,7 @@ var contract = map[string][]string{
 	"cdc_outbox_build_info":                 {"version", "revision", "goversion"},
 }
 
-var histograms = map[string]bool{"cdc_outbox_end_to_end_latency_seconds": true}
+var histograms = map[string]bool{"cdc_outbox_end_to_end_latency_seconds": true, "cdc_outbox_receive_latency_seconds": true}
 
 // targetLabels are the labels Prometheus adds to every scraped series.
 var targetLabels = []string{"job", "instance"}

@@ -11,6 +11,7 @@
 //	cdc_outbox_lag_seconds                      gauge     age by commit time of the oldest transaction not yet confirmed; 0 when none
 //	cdc_outbox_replication_lag_bytes            gauge     server WAL end minus the confirmed LSN
 //	cdc_outbox_end_to_end_latency_seconds       histogram commit time to broker acknowledgement
+//	cdc_outbox_receive_latency_seconds          histogram commit time to arrival at cdc-outbox: PostgreSQL's share
 //	cdc_outbox_confirmed_lsn                    gauge     last confirmed LSN, as a number
 //	cdc_outbox_received_lsn                     gauge     newest server WAL end seen, as a number
 //	cdc_outbox_inflight_events                  gauge     records sent and not yet acknowledged
@@ -78,6 +79,7 @@ type Metrics struct {
 	badEvents       *prometheus.CounterVec
 	publishErrors   prometheus.Counter
 	latency         prometheus.Histogram
+	receiveLatency  prometheus.Histogram
 	slotRetained    prometheus.Gauge
 	slotActive      prometheus.Gauge
 	slotWALStatus   *prometheus.GaugeVec
@@ -107,6 +109,10 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		}),
 		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "cdc_outbox_end_to_end_latency_seconds", Help: "Time from the transaction's commit to the broker's acknowledgement of its event.",
+			Buckets: LatencyBuckets,
+		}),
+		receiveLatency: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "cdc_outbox_receive_latency_seconds", Help: "Time from a transaction's commit to its arrival at cdc-outbox: PostgreSQL's share of the end-to-end latency.",
 			Buckets: LatencyBuckets,
 		}),
 		slotRetained: f.NewGauge(prometheus.GaugeOpts{
@@ -233,6 +239,14 @@ func (m *Metrics) Acked(topic string, commitUnixNano int64) {
 	if commitUnixNano > 0 {
 		m.latency.Observe(max(0, float64(m.now().UnixNano()-commitUnixNano)/1e9))
 	}
+}
+
+// Received records the arrival of a transaction that committed at
+// commitUnixNano. Set against the end-to-end latency it tells a slow
+// PostgreSQL side (the walsender starved, or behind) from a slow Kafka
+// side.
+func (m *Metrics) Received(commitUnixNano int64) {
+	m.receiveLatency.Observe(max(0, float64(m.now().UnixNano()-commitUnixNano)/1e9))
 }
 
 // Bad records a bad event and what was done with it: failed or

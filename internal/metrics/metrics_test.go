@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"fmt"
 	"io"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,3 +196,34 @@ func TestEndpoints(t *testing.T) {
 }
 
 func goVersion() string { return runtimeVersion }
+
+// TestReceiveLatency: each transaction's arrival is one observation of the
+// time since its commit, linted like the other metrics.
+func TestReceiveLatency(t *testing.T) {
+	m, reg := newTestMetrics(t, true)
+	m.Received(time.Date(2026, 12, 1, 0, 0, 9, 998_500_000, time.UTC).UnixNano()) // 1.5 ms before now
+	want := `
+# HELP cdc_outbox_receive_latency_seconds Time from a transaction's commit to its arrival at cdc-outbox: PostgreSQL's share of the end-to-end latency.
+# TYPE cdc_outbox_receive_latency_seconds histogram
+`
+	var b strings.Builder
+	b.WriteString(want)
+	for _, le := range LatencyBuckets {
+		n := 0
+		if le >= 0.0015 {
+			n = 1
+		}
+		fmt.Fprintf(&b, "cdc_outbox_receive_latency_seconds_bucket{le=%q} %d\n", strconv.FormatFloat(le, 'g', -1, 64), n)
+	}
+	b.WriteString("cdc_outbox_receive_latency_seconds_bucket{le=\"+Inf\"} 1\ncdc_outbox_receive_latency_seconds_sum 0.0015\ncdc_outbox_receive_latency_seconds_count 1\n")
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(b.String()), "cdc_outbox_receive_latency_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.GatherAndLint(reg, "cdc_outbox_receive_latency_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}

@@ -76,6 +76,9 @@ type Observer interface {
 	// Acked: an event reached the broker; commitUnixNano is its
 	// transaction's commit time.
 	Acked(topic string, commitUnixNano int64)
+	// Received: a transaction that committed at commitUnixNano began to
+	// arrive.
+	Received(commitUnixNano int64)
 	// Bad: an event could not be published; action is failed or
 	// dead_lettered.
 	Bad(action string)
@@ -84,6 +87,7 @@ type Observer interface {
 type noObserver struct{}
 
 func (noObserver) Acked(string, int64) {}
+func (noObserver) Received(int64)      {}
 func (noObserver) Bad(string)          {}
 
 // New builds a pipeline. The sink is attached with SetSink, because the
@@ -151,6 +155,7 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 	case decoder.KindBegin:
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
+		p.obs.Received(p.commitTime)
 	case decoder.KindInsert:
 		if p.tx == nil {
 			return fmt.Errorf("insert at LSN %s outside a transaction: the stream is out of order", lsn)
