@@ -26,9 +26,7 @@ func readBacklog(ctx context.Context, url, slot, publication string, end pglogre
 		return 0, err
 	}
 	defer conn.Close(context.Background())
-	// ReceiveMessage with context.Background() skips pgconn's per-call
-	// context watcher (a goroutine hand-off per message); cancellation is
-	// done by closing the connection instead.
+	// next waits without a context; cancellation closes the connection.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Conn().Close() })
 	defer stop()
 
@@ -36,47 +34,28 @@ func readBacklog(ctx context.Context, url, slot, publication string, end pglogre
 	var received pglogrepl.LSN
 	lastStatus := time.Now()
 	for {
-		msg, err := conn.ReceiveMessage(context.Background())
+		x, k, err := next(conn)
 		if err != nil {
 			if ctx.Err() != nil {
 				return inserts, ctx.Err()
 			}
 			return inserts, err
 		}
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			if len(m.Data) == 0 {
-				continue
+		if x != nil {
+			if len(x.WALData) > 0 && x.WALData[0] == 'I' {
+				inserts++
 			}
-			switch m.Data[0] {
-			case pglogrepl.XLogDataByteID:
-				x, err := pglogrepl.ParseXLogData(m.Data[1:])
-				if err != nil {
-					return inserts, err
-				}
-				if len(x.WALData) > 0 && x.WALData[0] == 'I' {
-					inserts++
-				}
-				received = max(received, x.WALStart)
-				if x.WALStart >= end {
-					return inserts, nil
-				}
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
-				if err != nil {
-					return inserts, err
-				}
-				if k.ServerWALEnd >= end {
-					return inserts, nil
-				}
-				if k.ReplyRequested {
-					lastStatus = time.Time{} // answer now
-				}
+			received = max(received, x.WALStart)
+			if x.WALStart >= end {
+				return inserts, nil
 			}
-		case *pgproto3.ErrorResponse:
-			return inserts, pgconn.ErrorResponseToPgError(m)
-		default:
-			return inserts, fmt.Errorf("unexpected message %T", msg)
+		} else {
+			if k.ServerWALEnd >= end {
+				return inserts, nil
+			}
+			if k.ReplyRequested {
+				lastStatus = time.Time{} // answer now
+			}
 		}
 		if time.Since(lastStatus) >= statusEvery {
 			err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: received})
@@ -109,13 +88,44 @@ func commitDelays(ctx context.Context, url, slot string, measuring *atomic.Bool)
 	var received pglogrepl.LSN
 	lastStatus := time.Now()
 	for {
-		msg, err := conn.ReceiveMessage(context.Background())
+		x, _, err := next(conn)
 		now := time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
 				return delays, nil
 			}
 			return delays, err
+		}
+		if x != nil {
+			received = max(received, x.WALStart)
+			if len(x.WALData) > 0 && x.WALData[0] == 'B' && measuring.Load() {
+				lm, err := pglogrepl.Parse(x.WALData)
+				if err != nil {
+					return delays, err
+				}
+				delays = append(delays, now.Sub(lm.(*pglogrepl.BeginMessage).CommitTime))
+			}
+		}
+		if now.Sub(lastStatus) >= time.Second {
+			err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: received})
+			if err != nil {
+				return delays, err
+			}
+			lastStatus = now
+		}
+	}
+}
+
+// next receives the stream's next message: an XLogData or a keepalive
+// (exactly one is not nil), or the error that ended the stream. It waits
+// with context.Background(), which skips pgconn's per-call context watcher
+// (a goroutine hand-off per message); callers cancel by closing the
+// connection.
+func next(conn *pgconn.PgConn) (*pglogrepl.XLogData, *pglogrepl.PrimaryKeepaliveMessage, error) {
+	for {
+		msg, err := conn.ReceiveMessage(context.Background())
+		if err != nil {
+			return nil, nil, err
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
@@ -126,32 +136,20 @@ func commitDelays(ctx context.Context, url, slot string, measuring *atomic.Bool)
 			case pglogrepl.XLogDataByteID:
 				x, err := pglogrepl.ParseXLogData(m.Data[1:])
 				if err != nil {
-					return delays, err
+					return nil, nil, err
 				}
-				received = max(received, x.WALStart)
-				if len(x.WALData) > 0 && x.WALData[0] == 'B' && measuring.Load() {
-					lm, err := pglogrepl.Parse(x.WALData)
-					if err != nil {
-						return delays, err
-					}
-					delays = append(delays, now.Sub(lm.(*pglogrepl.BeginMessage).CommitTime))
-				}
+				return &x, nil, nil
 			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				if _, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:]); err != nil {
-					return delays, err
+				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return nil, nil, err
 				}
+				return nil, &k, nil
 			}
 		case *pgproto3.ErrorResponse:
-			return delays, pgconn.ErrorResponseToPgError(m)
+			return nil, nil, pgconn.ErrorResponseToPgError(m)
 		default:
-			return delays, fmt.Errorf("unexpected message %T", msg)
-		}
-		if now.Sub(lastStatus) >= time.Second {
-			err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: received})
-			if err != nil {
-				return delays, err
-			}
-			lastStatus = now
+			return nil, nil, fmt.Errorf("unexpected message %T", msg)
 		}
 	}
 }
