@@ -18,9 +18,12 @@ demo:
 
 # Every test, against a real PostgreSQL and a real Kafka (started here unless
 # CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point elsewhere).
-# -p 1: fault tests stop the shared servers, so packages take turns.
+# -p 1: fault tests stop the shared servers, so packages take turns. The
+# end-to-end tests run last and verbosely, so each fault test's verifier line
+# (expected, missing, duplicates, order violations) is in the output.
 test:
-	scripts/with-servers.sh $(GO) test -race -count=1 -p 1 -timeout 60m ./...
+	scripts/with-servers.sh sh -c '$(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -v /e2e$$) && \
+		$(GO) test -race -count=1 -timeout 60m -v ./e2e'
 
 # The tests that need no server, in seconds.
 test-unit:
