@@ -124,21 +124,33 @@ func runFlags(c *runConfig) *flags {
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
+// problems collects what is wrong with a configuration, so that validation
+// reports everything at once.
+type problems []error
+
+func (p *problems) check(ok bool, format string, args ...any) {
+	if !ok {
+		*p = append(*p, fmt.Errorf(format, args...))
+	}
+}
+
+// source checks the settings run and status share: where the outbox, its
+// publication and its slot are.
+func (p *problems) source(url, table, publication, slot string) {
+	_, err := pgconn.ParseConfig(url)
+	p.check(err == nil, "--postgres-url: %v", redact(err))
+	p.check(table != "" && strings.Count(table, ".") <= 1, "--table %q: give schema.table", table)
+	p.check(publication != "", "--publication is empty")
+	p.check(slotName.MatchString(slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", slot)
+}
+
 // validate checks every limit in one place, at start, with messages that
 // say what to change.
 func (c *runConfig) validate() error {
-	var errs []error
-	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
-		}
-	}
-	_, err := pgconn.ParseConfig(c.PostgresURL)
-	check(err == nil, "--postgres-url: %v", redact(err))
+	var p problems
+	check := p.check
+	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
 	check(strings.TrimSpace(c.KafkaBrokers) != "", "--kafka-brokers is empty: give host:port[,host:port...]")
-	check(c.Table != "" && strings.Count(c.Table, ".") <= 1, "--table %q: give schema.table", c.Table)
-	check(c.Publication != "", "--publication is empty")
-	check(slotName.MatchString(c.Slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", c.Slot)
 	check(c.OnBadEvent == pipeline.Fail || c.OnBadEvent == pipeline.DeadLetter, "--on-bad-event %q: use fail or dead-letter", c.OnBadEvent)
 	check(c.OnBadEvent != pipeline.DeadLetter || c.DeadLetterTopic != "", "--on-bad-event=dead-letter needs --dead-letter-topic")
 	check(c.CPUs >= 0, "--cpus must be 0 (Go's default) or positive")
@@ -152,14 +164,14 @@ func (c *runConfig) validate() error {
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
 	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval must be at least 1s")
 	check(c.KafkaLinger >= 0, "--kafka-linger must not be negative")
-	errs = append(errs, c.validateKafkaSecurity()...)
+	c.validateKafkaSecurity(&p)
 	check(c.LogFormat == "text" || c.LogFormat == "json", "--log-format %q: use text or json", c.LogFormat)
-	_, err = parseLevel(c.LogLevel)
+	_, err := parseLevel(c.LogLevel)
 	check(err == nil, "--log-level: %v", err)
 	if _, err := mapping.New(c.Mapping); err != nil {
-		errs = append(errs, err)
+		p = append(p, err)
 	}
-	return errors.Join(errs...)
+	return errors.Join(p...)
 }
 
 func (c *runConfig) brokers() []string {

@@ -34,13 +34,8 @@ func (c *runConfig) saslMechanism() string {
 // validateKafkaSecurity checks that the TLS and SASL flags make one
 // setting, without reading the files they name (kafkaSecurityOpts does, at
 // start). No message quotes a password.
-func (c *runConfig) validateKafkaSecurity() []error {
-	var errs []error
-	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
-		}
-	}
+func (c *runConfig) validateKafkaSecurity(p *problems) {
+	check := p.check
 	if !c.KafkaTLS {
 		for _, f := range []struct{ name, value string }{
 			{"kafka-tls-ca-file", c.KafkaTLSCAFile},
@@ -78,7 +73,6 @@ func (c *runConfig) validateKafkaSecurity() []error {
 	}
 	check(c.KafkaSASLPassword == "" || c.KafkaSASLPasswordFile == "",
 		"--kafka-sasl-password and --kafka-sasl-password-file are both set: give only one (the file is safer)")
-	return errs
 }
 
 // kafkaSecurityOpts turns the TLS and SASL flags into client options,

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 )
@@ -43,19 +42,10 @@ func statusFlags(c *statusConfig) *flags {
 }
 
 func (c *statusConfig) validate() error {
-	var errs []error
-	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
-		}
-	}
-	_, err := pgconn.ParseConfig(c.PostgresURL)
-	check(err == nil, "--postgres-url: %v", redact(err))
-	check(c.Table != "" && strings.Count(c.Table, ".") <= 1, "--table %q: give schema.table", c.Table)
-	check(c.Publication != "", "--publication is empty")
-	check(slotName.MatchString(c.Slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", c.Slot)
-	check(c.Timeout > 0, "--timeout must be positive")
-	return errors.Join(errs...)
+	var p problems
+	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
+	p.check(c.Timeout > 0, "--timeout must be positive")
+	return errors.Join(p...)
 }
 
 // Verdicts, as the JSON key verdict gives them.
