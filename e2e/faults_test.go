@@ -18,7 +18,7 @@ import (
 func TestStatusUpdatesFlowUnderBackpressure(t *testing.T) {
 	e := newEnv(t)
 	ctx := testenv.Context(t)
-	e.runURL += "&options=-c%20wal_sender_timeout%3D2s"
+	e.walSenderTimeout("2s")
 	s := e.start("--max-inflight-events", "5", "--keepalive-interval", "500ms")
 	e.waitStreaming()
 	wl := newWorkload(e)

@@ -88,6 +88,10 @@ func newEnvAt(t *testing.T, url string) *env {
 	return e
 }
 
+// walSenderTimeout sets the server's wal_sender_timeout (a duration such
+// as "2s") for the streamer's connections only.
+func (e *env) walSenderTimeout(d string) { e.runURL += "&options=-c%20wal_sender_timeout%3D" + d }
+
 // topic is the topic of an aggregate type under this test's template.
 func (e *env) topic(aggregateType string) string { return e.prefix + "." + aggregateType }
 

@@ -57,7 +57,7 @@ func TestPostgresNetworkBlackhole(t *testing.T) {
 	ctx := testenv.Context(t)
 	// The server ends the silent walsender after 5s, freeing the slot for
 	// the streamer's next connection.
-	e.runURL += "&options=-c%20wal_sender_timeout%3D5s"
+	e.walSenderTimeout("5s")
 	proxy := postgresProxy(t, e)
 	s := e.start("--receive-timeout", "4s", "--keepalive-interval", "1s")
 	e.waitStreaming()
@@ -140,7 +140,7 @@ func TestKafkaNetworkBlackhole(t *testing.T) {
 	const silence = 25 * time.Second
 	e := newEnv(t)
 	ctx := testenv.Context(t)
-	e.runURL += "&options=-c%20wal_sender_timeout%3D2s"
+	e.walSenderTimeout("2s")
 	proxy := kafkaProxy(t, e)
 	s := e.start("--max-inflight-events", "5", "--keepalive-interval", "500ms")
 	e.waitStreaming()
