@@ -16,6 +16,7 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cdc-outbox/cdc-outbox/idempotency v0.0.0-00010101000000-000000000000
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -38,4 +39,7 @@ require (
 // The libraries are modules of their own, so that a service importing one
 // gets only its dependencies; the streamer, the examples and the end-to-end
 // tests build against the copies in this repository.
-replace github.com/cdc-outbox/cdc-outbox/outbox => ./outbox
+replace (
+	github.com/cdc-outbox/cdc-outbox/idempotency => ./idempotency
+	github.com/cdc-outbox/cdc-outbox/outbox => ./outbox
+)
