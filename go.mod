@@ -3,6 +3,9 @@ module github.com/cdc-outbox/cdc-outbox
 go 1.26.0
 
 require (
+	github.com/cdc-outbox/cdc-outbox/consume v0.0.0-00010101000000-000000000000
+	github.com/cdc-outbox/cdc-outbox/consume/consumeprom v0.0.0-00010101000000-000000000000
+	github.com/cdc-outbox/cdc-outbox/idempotency v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/outbox v0.0.0-00010101000000-000000000000
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
@@ -16,7 +19,6 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/cdc-outbox/cdc-outbox/idempotency v0.0.0-00010101000000-000000000000
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -40,6 +42,8 @@ require (
 // gets only its dependencies; the streamer, the examples and the end-to-end
 // tests build against the copies in this repository.
 replace (
+	github.com/cdc-outbox/cdc-outbox/consume => ./consume
+	github.com/cdc-outbox/cdc-outbox/consume/consumeprom => ./consume/consumeprom
 	github.com/cdc-outbox/cdc-outbox/idempotency => ./idempotency
 	github.com/cdc-outbox/cdc-outbox/outbox => ./outbox
 )
