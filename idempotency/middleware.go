@@ -202,7 +202,8 @@ func CommitClientError(ctx context.Context) {
 
 // RequestKey returns a key that identifies this request, for DeriveKey to
 // derive the keys of calls to other services. With an Idempotency-Key it is
-// stable across the client's retries: DeriveKey(clientID, key). Without one
+// stable across the client's retries: derived from the client id and the
+// key as DeriveKey(clientID, key) would be. Without one
 // (AllowMissingKey) it is random, generated once per request: a request
 // without a key is never a retry, so its calls must never look like
 // retries of another request's. Outside a mutating request of the
@@ -359,7 +360,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, h http.Handler,
 			inProgressResponse(w, 1)
 			return
 		}
-		state.requestKey = DeriveKey(c.client, c.key)
+		state.requestKey = deriveKey(c.client, c.key)
 	} else {
 		state.requestKey = newToken()
 	}

@@ -505,6 +505,24 @@ func mustAtoi(s string) int {
 	return n
 }
 
+// TestOneScope: a ClientID that returns "" for every request (one scope
+// for all clients) works, and its requests get RequestKeys of their own.
+func TestOneScope(t *testing.T) {
+	t.Parallel()
+	pool := setup(t, nil)
+	app := &shop{}
+	srv, _ := newServer(t, pool, Config{ClientID: func(*http.Request) string { return "" }}, app)
+	first := do(t, srv, "POST", "/orders", "k1", "", `{"item":"book"}`)
+	again := do(t, srv, "POST", "/orders", "k1", "", `{"item":"book"}`)
+	other := do(t, srv, "POST", "/orders", "k2", "", `{"item":"book"}`)
+	if first.code != http.StatusCreated || !again.replayed() || other.code != http.StatusCreated || other.replayed() {
+		t.Fatalf("first %+v, again %+v, other key %+v", first, again, other)
+	}
+	if first.body == other.body || !strings.Contains(first.body, `"key":"`+deriveKey("", "k1")+`"`) {
+		t.Errorf("bodies %s and %s: want each key's own RequestKey", first.body, other.body)
+	}
+}
+
 // TestRequestKeyWithoutKey: under AllowMissingKey, each keyless request
 // gets a RequestKey of its own, the same for the whole request, so keys
 // derived from it never make two requests' provider calls look like one.
@@ -537,7 +555,7 @@ func TestRequestKeyWithoutKey(t *testing.T) {
 	if len(slices.Compact(slices.Clone(derived))) != 4 {
 		t.Errorf("derived keys %q: want 4 different ones", derived)
 	}
-	if !slices.Contains(derived, DeriveKey(DeriveKey("acme", "k1"), "charge")) {
+	if !slices.Contains(derived, DeriveKey(DeriveKey("acme", "k1"), "charge")) { // the keyed request's
 		t.Errorf("derived keys %q lack the keyed request's stable one", derived)
 	}
 }
