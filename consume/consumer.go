@@ -329,7 +329,9 @@ func (c *Consumer) giveUp(ctx context.Context, r *kgo.Record, ev dedupeKey, stag
 	// that a redelivery is skipped as a duplicate instead of being tried and
 	// dead-lettered again. A crash before this insert can dead-letter the
 	// record twice (same id header): the dead-letter topic is at least once.
-	if ev.id != "" {
+	// A record without a usable id or source (StageEventID) is not recorded:
+	// under whatever key it were, it could pass for another event.
+	if stage != StageEventID {
 		tag, err := c.cfg.DB.Exec(ctx, insertProcessed, c.cfg.Group, ev.source, ev.id)
 		if err != nil {
 			if ctx.Err() != nil {

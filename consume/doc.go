@@ -48,8 +48,9 @@
 // To replay a dead-lettered event after fixing the cause, delete its row
 // (DELETE FROM processed_events WHERE consumer_group = $1 AND source = $2
 // AND event_id = $3)
-// and produce the record to its original topic again. A record without an
-// id cannot be recorded; each redelivery of it is dead-lettered again.
+// and produce the record to its original topic again. A record without a
+// usable id (or source) cannot be recorded; each redelivery of it is
+// dead-lettered again.
 //
 // A failure outside the handler (begin, the processed_events insert, the
 // commit) is never dead-lettered: after the last attempt it stops Run under

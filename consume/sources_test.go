@@ -1,8 +1,12 @@
 package consume
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestSourcesDoNotCollide: one group reads the topics of two outboxes
@@ -43,5 +47,39 @@ func TestSourcesDoNotCollide(t *testing.T) {
 	}
 	if sources := e.count(`SELECT count(DISTINCT source) FROM processed_events WHERE consumer_group = $1`, e.group); sources != 3 {
 		t.Errorf("processed_events holds %d sources, want 3 (two, and '' for no header)", sources)
+	}
+}
+
+// TestAmbiguousSourceNotRecorded: a record whose "source" headers disagree
+// cannot be deduplicated: it is dead-lettered untried and not recorded as
+// processed, so it cannot make a later event with the same id pass for a
+// duplicate.
+func TestAmbiguousSourceNotRecorded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	dlt := newTopic(t, "dlq", 1)
+	ambiguous := event{id: "ev-1", key: "k"}.record(e.topic)
+	ambiguous.Headers = append(ambiguous.Headers,
+		kgo.RecordHeader{Key: HeaderSource, Value: []byte("a")}, kgo.RecordHeader{Key: HeaderSource, Value: []byte("b")})
+	cl := kafkaClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, ambiguous, event{id: "ev-1", key: "k", amount: 7}.record(e.topic)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(bill)
+	cfg.OnFailure = DeadLetter
+	cfg.DeadLetterTopic = dlt
+	c := e.consumer(cfg)
+	if err := runUntil(t, c, func() bool {
+		return stats(c).deadLettered.Load()+stats(c).processed.Load()+stats(c).duplicates.Load() == 2
+	}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if dl, p, d := stats(c).deadLettered.Load(), stats(c).processed.Load(), stats(c).duplicates.Load(); dl != 1 || p != 1 || d != 0 {
+		t.Errorf("dead-lettered %d, processed %d, duplicates %d; want 1, 1, 0", dl, p, d)
+	}
+	if n := e.processedRows(); n != 1 {
+		t.Errorf("processed_events: %d rows, want 1 (the record without a source)", n)
 	}
 }
