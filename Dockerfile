@@ -15,8 +15,14 @@
 # Build stage: the Go release the module asks for (go.mod: go 1.26).
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
-# Modules first, so a source change does not download them again.
+# Modules first, so a source change does not download them again. go.mod
+# replaces the libraries with their directories here, so their go.mod files
+# come too.
 COPY go.mod go.sum ./
+COPY outbox/go.mod outbox/go.sum outbox/
+COPY idempotency/go.mod idempotency/go.sum idempotency/
+COPY consume/go.mod consume/go.sum consume/
+COPY consume/consumeprom/go.mod consume/consumeprom/go.sum consume/consumeprom/
 RUN go mod download
 COPY . .
 # Empty means: cdc-outbox version prints "dev" and "unknown".

@@ -6,6 +6,13 @@ REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
+# The libraries services import are Go modules of their own, so that a
+# service gets only the dependencies of the library it uses. Go commands at
+# the root do not descend into them: in_libs runs one in each,
+# e.g. $(call in_libs,vet ./...).
+LIB_MODULES := outbox idempotency consume consume/consumeprom
+in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
+
 .PHONY: build demo test test-unit lint fuzz clean bench
 
 build:
@@ -23,16 +30,20 @@ demo:
 # (expected, missing, duplicates, order violations) is in the output.
 test:
 	scripts/with-servers.sh sh -c '$(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -v /e2e$$) && \
+		$(call in_libs,test -race -count=1 -p 1 -timeout 60m ./...) && \
 		$(GO) test -race -count=1 -timeout 60m -v ./e2e'
 
 # The tests that need no server, in seconds.
 test-unit:
 	$(GO) test -short -count=1 ./...
+	$(call in_libs,test -short -count=1 ./...)
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(call in_libs,vet ./...)
 	$(GO) run $(STATICCHECK) ./...
+	$(call in_libs,run $(STATICCHECK) ./...)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./internal/decoder

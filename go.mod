@@ -3,6 +3,10 @@ module github.com/cdc-outbox/cdc-outbox
 go 1.26.0
 
 require (
+	github.com/cdc-outbox/cdc-outbox/consume v0.0.0-00010101000000-000000000000
+	github.com/cdc-outbox/cdc-outbox/consume/consumeprom v0.0.0-00010101000000-000000000000
+	github.com/cdc-outbox/cdc-outbox/idempotency v0.0.0-00010101000000-000000000000
+	github.com/cdc-outbox/cdc-outbox/outbox v0.0.0-00010101000000-000000000000
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
@@ -32,4 +36,14 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+// The libraries are modules of their own, so that a service importing one
+// gets only its dependencies; the streamer, the examples and the end-to-end
+// tests build against the copies in this repository.
+replace (
+	github.com/cdc-outbox/cdc-outbox/consume => ./consume
+	github.com/cdc-outbox/cdc-outbox/consume/consumeprom => ./consume/consumeprom
+	github.com/cdc-outbox/cdc-outbox/idempotency => ./idempotency
+	github.com/cdc-outbox/cdc-outbox/outbox => ./outbox
 )

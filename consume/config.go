@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -55,8 +55,17 @@ const (
 	MaxBackoff = 30 * time.Second
 )
 
-// Config configures a Consumer. Brokers, Group, Topics, Pool and Handler
-// are required.
+// DB is what a Consumer needs of the database: a *pgxpool.Pool, or a
+// wrapper of one. Each record is one transaction of it (BeginTx); a
+// dead-lettered event is recorded, and the table checked, outside any.
+type DB interface {
+	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Consumer. Brokers, Group, Topics, DB and Handler are
+// required; the zero value of every other field means its default.
 type Config struct {
 	// Brokers are the Kafka bootstrap addresses (host:port).
 	Brokers []string
@@ -64,14 +73,30 @@ type Config struct {
 	// consumer_group column of processed_events. Keep it stable: a new name
 	// is a new consumer that processes everything again.
 	Group string
-	// Topics to consume, e.g. "outbox.event.payment". To treat them as
-	// regular expressions, add kgo.ConsumeRegex() to ExtraOpts.
+	// Topics to consume, e.g. "outbox.event.payment", from any number of
+	// outboxes: events are deduplicated by their source and id, so two
+	// services' event 1 are two events. To treat the names as regular
+	// expressions, add kgo.ConsumeRegex() to ExtraOpts.
 	Topics []string
-	// Pool is the consumer's database, holding processed_events
+	// DB is the consumer's database, holding processed_events
 	// (sql/processed_events.sql) and the handler's tables.
-	Pool *pgxpool.Pool
+	DB DB
 	// Handler does the work for each new event.
 	Handler Handler
+
+	// InstanceID makes this consumer a static member of the group (Kafka's
+	// group.instance.id): a replacement that joins with the same id takes
+	// over the member's partitions at once, with no rebalance, instead of
+	// waiting until the group's session timeout (45s by default) drops a
+	// member that died without leaving (kill -9, OOM, a lost node). Give
+	// each instance an id that is unique in the group and stable across
+	// its restarts, such as a StatefulSet pod name; two live consumers with
+	// one id fence each other off. A static member does not leave the
+	// group when it is closed either, so its partitions wait for it (up to
+	// the session timeout) during a restart or a deploy: leave it empty for
+	// consumers that come and go (autoscaling), whose partitions should
+	// move at once. ASCII letters, digits, '.', '_' and '-', at most 249.
+	InstanceID string
 
 	// MaxAttempts is how often a record is tried before OnFailure applies;
 	// 0 means DefaultMaxAttempts, 1 means no retry.
@@ -85,9 +110,9 @@ type Config struct {
 	// OnFailure applies after the last failed attempt: Stop (default) or
 	// DeadLetter.
 	OnFailure FailurePolicy
-	// DeadLetterTopic receives failed records under DeadLetter; it must be
-	// empty under Stop, so that a set topic is never mistaken for an active
-	// policy.
+	// DeadLetterTopic receives failed records under DeadLetter, and must
+	// not be one of Topics. It must be empty under Stop, so that a set
+	// topic is never mistaken for an active policy.
 	DeadLetterTopic string
 
 	// MaxPollRecords bounds the records processed between two offset
@@ -95,18 +120,21 @@ type Config struct {
 	// DefaultMaxPollRecords.
 	MaxPollRecords int
 
-	// Registerer receives the metrics (see the package documentation); nil
-	// registers none.
-	Registerer prometheus.Registerer
-	// Logger receives the consumer's and the Kafka client's logs; nil means
-	// slog.Default().
+	// Hooks observes every outcome (processed, duplicate, failed attempt,
+	// dead letter, failed offset commit): metrics, tracing. nil observes
+	// nothing. Module github.com/cdc-outbox/cdc-outbox/consume/consumeprom
+	// counts them in Prometheus.
+	Hooks Hooks
+	// Logger receives the consumer's and the Kafka client's logs (errors
+	// under the key "error"); nil means slog.Default().
 	Logger *slog.Logger
 	// ExtraOpts are further franz-go options: TLS, SASL, kgo.ConsumeRegex(),
-	// kgo.RebalanceTimeout, kgo.ConsumeResetOffset (default: the start of
-	// the topic, so a new group processes everything), ... The options the
-	// guarantees rest on (kgo.ConsumerGroup, kgo.ConsumeTopics,
-	// kgo.DisableAutoCommit, kgo.BlockRebalanceOnPoll) are applied after
-	// them and win.
+	// kgo.SessionTimeout, kgo.RebalanceTimeout, kgo.ConsumeResetOffset
+	// (default: the start of the topic, so a new group processes
+	// everything), ... The options the guarantees rest on (kgo.ConsumerGroup,
+	// kgo.ConsumeTopics, kgo.DisableAutoCommit, kgo.BlockRebalanceOnPoll,
+	// and kgo.InstanceID when InstanceID is set) are applied after them and
+	// win.
 	ExtraOpts []kgo.Opt
 }
 
@@ -119,52 +147,55 @@ func (cfg *Config) validate() error {
 	}
 
 	if len(cfg.Brokers) == 0 {
-		bad("Brokers", "is empty; give at least one Kafka bootstrap address (host:port)")
+		bad("Brokers", "is empty")
 	}
 	for i, b := range cfg.Brokers {
 		if b == "" {
-			bad(fmt.Sprintf("Brokers[%d]", i), "is empty; give a Kafka bootstrap address (host:port)")
+			bad(fmt.Sprintf("Brokers[%d]", i), "is empty")
 		}
 	}
 	if cfg.Group == "" {
-		bad("Group", "is empty; the consumer group is where offsets are committed and the dedupe scope in processed_events")
+		bad("Group", "is empty")
 	}
 	if len(cfg.Topics) == 0 {
-		bad("Topics", "is empty; give the topics to consume, e.g. outbox.event.payment")
+		bad("Topics", "is empty")
 	}
 	for i, t := range cfg.Topics {
 		if t == "" {
 			bad(fmt.Sprintf("Topics[%d]", i), "is empty")
 		}
 	}
-	if cfg.Pool == nil {
-		bad("Pool", "is nil; give the pgxpool of the database that holds processed_events (sql/processed_events.sql)")
+	if p, ok := cfg.DB.(*pgxpool.Pool); cfg.DB == nil || ok && p == nil {
+		bad("DB", "is nil")
 	}
 	if cfg.Handler == nil {
-		bad("Handler", "is nil; give the function that processes one record")
+		bad("Handler", "is nil")
+	}
+	if cfg.InstanceID != "" && !validInstanceID(cfg.InstanceID) {
+		bad("InstanceID", "%q is not 1 to 249 ASCII letters, digits, '.', '_' or '-'", cfg.InstanceID)
 	}
 	if cfg.MaxAttempts < 0 {
-		bad("MaxAttempts", "is %d; use 0 for the default (%d) or a positive number (1 means no retry)", cfg.MaxAttempts, DefaultMaxAttempts)
+		bad("MaxAttempts", "is negative (%d)", cfg.MaxAttempts)
 	}
 	if cfg.Backoff < 0 {
-		bad("Backoff", "is %v; use 0 for the default (%v) or a positive duration", cfg.Backoff, DefaultBackoff)
+		bad("Backoff", "is negative (%v)", cfg.Backoff)
 	}
 	if cfg.MaxPollRecords < 0 {
-		bad("MaxPollRecords", "is %d; use 0 for the default (%d) or a positive number", cfg.MaxPollRecords, DefaultMaxPollRecords)
+		bad("MaxPollRecords", "is negative (%d)", cfg.MaxPollRecords)
 	}
 	switch cfg.OnFailure {
 	case Stop:
 		if cfg.DeadLetterTopic != "" {
-			bad("DeadLetterTopic", "is %q but OnFailure is Stop, so it would never be used; set OnFailure to DeadLetter, or leave it empty", cfg.DeadLetterTopic)
+			bad("DeadLetterTopic", "is set (%q) but OnFailure is Stop", cfg.DeadLetterTopic)
 		}
 	case DeadLetter:
 		if cfg.DeadLetterTopic == "" {
-			bad("DeadLetterTopic", "is empty but OnFailure is DeadLetter; name the topic that receives failed records")
+			bad("DeadLetterTopic", "is empty but OnFailure is DeadLetter")
 		} else if slices.Contains(cfg.Topics, cfg.DeadLetterTopic) {
-			bad("DeadLetterTopic", "%q is also one of Topics: dead-lettered records would be consumed again", cfg.DeadLetterTopic)
+			bad("DeadLetterTopic", "%q is also one of Topics", cfg.DeadLetterTopic)
 		}
 	default:
-		bad("OnFailure", "is %v; use Stop or DeadLetter", cfg.OnFailure)
+		bad("OnFailure", "is %v", cfg.OnFailure)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -202,4 +233,19 @@ func retryBudget(base time.Duration, attempts int) time.Duration {
 		total += backoff(base, n)
 	}
 	return total
+}
+
+// validInstanceID is Kafka's rule for a group.instance.id, the same as for
+// a topic name: the broker refuses any other.
+func validInstanceID(id string) bool {
+	if len(id) > 249 || id == "." || id == ".." {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

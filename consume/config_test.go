@@ -9,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -21,7 +19,7 @@ func validConfig() Config {
 		Brokers: []string{"127.0.0.1:9092"},
 		Group:   "billing",
 		Topics:  []string{"outbox.event.payment"},
-		Pool:    &pgxpool.Pool{}, // never used by validate
+		DB:      &pgxpool.Pool{}, // never used by validate
 		Handler: func(context.Context, pgx.Tx, *kgo.Record) error { return nil },
 	}
 }
@@ -34,19 +32,20 @@ func TestValidate(t *testing.T) {
 	}{
 		{"empty", func(c *Config) { *c = Config{} }, []string{
 			"Config.Brokers: is empty", "Config.Group: is empty", "Config.Topics: is empty",
-			"Config.Pool: is nil", "Config.Handler: is nil",
+			"Config.DB: is nil", "Config.Handler: is nil",
 		}},
+		{"nil pool", func(c *Config) { c.DB = (*pgxpool.Pool)(nil) }, []string{"Config.DB: is nil"}},
 		{"blank broker and topic", func(c *Config) { c.Brokers = []string{""}; c.Topics = []string{"a", ""} }, []string{
 			"Config.Brokers[0]: is empty", "Config.Topics[1]: is empty",
 		}},
 		{"negative numbers", func(c *Config) { c.MaxAttempts = -1; c.Backoff = -time.Second; c.MaxPollRecords = -2 }, []string{
-			"Config.MaxAttempts: is -1", "Config.Backoff: is -1s", "Config.MaxPollRecords: is -2",
+			"Config.MaxAttempts: is negative (-1)", "Config.Backoff: is negative (-1s)", "Config.MaxPollRecords: is negative (-2)",
 		}},
 		{"dead letter without topic", func(c *Config) { c.OnFailure = DeadLetter }, []string{
 			"Config.DeadLetterTopic: is empty but OnFailure is DeadLetter",
 		}},
 		{"topic without dead letter", func(c *Config) { c.DeadLetterTopic = "dlq" }, []string{
-			`Config.DeadLetterTopic: is "dlq" but OnFailure is Stop`,
+			`Config.DeadLetterTopic: is set ("dlq") but OnFailure is Stop`,
 		}},
 		{"dead letter into a consumed topic", func(c *Config) { c.OnFailure = DeadLetter; c.DeadLetterTopic = "outbox.event.payment" }, []string{
 			"Config.DeadLetterTopic: \"outbox.event.payment\" is also one of Topics",
@@ -54,6 +53,10 @@ func TestValidate(t *testing.T) {
 		{"unknown policy", func(c *Config) { c.OnFailure = 7 }, []string{
 			"Config.OnFailure: is FailurePolicy(7)",
 		}},
+		{"instance id Kafka refuses", func(c *Config) { c.InstanceID = "billing 0" }, []string{
+			`Config.InstanceID: "billing 0" is not 1 to 249 ASCII letters, digits, '.', '_' or '-'`,
+		}},
+		{"instance id too long", func(c *Config) { c.InstanceID = strings.Repeat("b", 250) }, []string{"Config.InstanceID: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := validConfig()
@@ -104,7 +107,7 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-func TestEventID(t *testing.T) {
+func TestEventKey(t *testing.T) {
 	rec := func(hs ...string) *kgo.Record {
 		r := &kgo.Record{}
 		for i := 0; i < len(hs); i += 2 {
@@ -114,33 +117,35 @@ func TestEventID(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		r    *kgo.Record
-		want string
+		want dedupeKey
 		ok   bool
 	}{
-		{rec("id", "42", "event_type", "X"), "42", true},
-		{rec("event_type", "X", "id", "42", "id", "42"), "42", true},
-		{rec("event_type", "X"), "", false},
-		{rec("id", ""), "", false},
-		{rec("id", "1", "id", "2"), "", false},
-		{rec("ID", "1"), "", false},
+		{rec("id", "42", "event_type", "X", "source", "payments"), dedupeKey{"payments", "42"}, true},
+		{rec("id", "42", "event_type", "X"), dedupeKey{"", "42"}, true}, // an older streamer: no source
+		{rec("event_type", "X", "id", "42", "id", "42"), dedupeKey{"", "42"}, true},
+		{rec("id", "42", "source", "a", "source", "a"), dedupeKey{"a", "42"}, true},
+		{rec("event_type", "X"), dedupeKey{}, false},
+		{rec("id", ""), dedupeKey{}, false},
+		{rec("id", "1", "id", "2"), dedupeKey{}, false},
+		{rec("id", "1", "source", "a", "source", "b"), dedupeKey{}, false},
+		{rec("ID", "1"), dedupeKey{}, false},
 	} {
-		if id, ok := eventID(tc.r); id != tc.want || ok != tc.ok {
-			t.Errorf("eventID(%v) = %q, %v; want %q, %v", tc.r.Headers, id, ok, tc.want, tc.ok)
+		if ev, ok := eventKey(tc.r); ok != tc.ok || ok && ev != tc.want {
+			t.Errorf("eventKey(%v) = %+v, %v; want %+v, %v", tc.r.Headers, ev, ok, tc.want, tc.ok)
 		}
 	}
 }
 
 func TestRecordErrorMessage(t *testing.T) {
-	err := &RecordError{Group: "billing", EventID: "42", Topic: "outbox.event.payment", Partition: 1, Offset: 17,
+	err := &RecordError{Group: "billing", Source: "payments", EventID: "42", Topic: "outbox.event.payment", Partition: 1, Offset: 17,
 		Stage: StageHandler, Attempts: 3, Err: errors.New("boom")}
-	want := "consume: group billing: event 42 (topic outbox.event.payment, partition 1, offset 17): handler failed after 3 attempts: boom; " +
-		"offset 17 is not committed: fix the cause and start the consumer again to retry it, or set OnFailure to DeadLetter to set such records aside"
+	want := "consume: group billing: event 42 from payments (topic outbox.event.payment, partition 1, offset 17): handler failed after 3 attempts: boom"
 	if err.Error() != want {
 		t.Errorf("got  %s\nwant %s", err, want)
 	}
 	noID := &RecordError{Group: "billing", Topic: "t", Offset: 3, Stage: StageEventID, Err: ErrMissingEventID}
-	if !strings.Contains(noID.Error(), "event without id (topic t, partition 0, offset 3): event id failed: record has no usable \"id\" header") {
-		t.Errorf("got %s", noID)
+	if want := `consume: group billing: event without id (topic t, partition 0, offset 3): event id failed: consume: no usable "id" or "source" header`; noID.Error() != want {
+		t.Errorf("got  %s\nwant %s", noID, want)
 	}
 	if !errors.Is(noID, ErrMissingEventID) {
 		t.Error("RecordError does not unwrap")
@@ -148,27 +153,5 @@ func TestRecordErrorMessage(t *testing.T) {
 	odd := &RecordError{EventID: "a b\n", Err: errors.New("x")}
 	if !strings.Contains(odd.Error(), `event "a b\n"`) {
 		t.Errorf("an unprintable id is not quoted: %s", odd)
-	}
-}
-
-func TestMetricsShareARegistry(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	a, err := newMetrics(reg, "billing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := newMetrics(reg, "shipping")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.duplicates.Inc()
-	b.duplicates.Add(2)
-	if testutil.ToFloat64(a.duplicates) != 1 || testutil.ToFloat64(b.duplicates) != 2 {
-		t.Error("groups share a counter")
-	}
-	n, err := testutil.GatherAndCount(reg, "cdc_outbox_consumer_duplicates_total", "cdc_outbox_consumer_processed_total",
-		"cdc_outbox_consumer_failures_total", "cdc_outbox_consumer_dead_lettered_total", "cdc_outbox_consumer_commit_errors_total")
-	if err != nil || n != 10 {
-		t.Errorf("gathered %d series, %v; want 5 metrics × 2 groups", n, err)
 	}
 }

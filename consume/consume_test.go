@@ -15,13 +15,73 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+	"github.com/cdc-outbox/cdc-outbox/consume/internal/pgtest"
 )
+
+// The test broker: CDC_OUTBOX_TEST_KAFKA_BROKERS, set by `make test` like
+// the PostgreSQL of package pgtest.
+func kafkaBrokers(t testing.TB) []string {
+	return strings.Split(pgtest.Require(t, "CDC_OUTBOX_TEST_KAFKA_BROKERS"), ",")
+}
+
+// kafkaClient returns a client of the test broker, closed at cleanup.
+func kafkaClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(kafkaBrokers(t)...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// newTopic creates a topic of the test's own, deleted at cleanup.
+func newTopic(t testing.TB, prefix string, partitions int32) string {
+	t.Helper()
+	name := pgtest.Name(prefix)
+	adm := kadm.NewClient(kafkaClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, name)
+	})
+	return name
+}
+
+// counts are the outcomes a Consumer reported to its Hooks.
+type counts struct {
+	processed, duplicates, failures, deadLettered, commitErrors atomic.Int64
+}
+
+func (c *counts) Observe(o Observation) {
+	switch o.Outcome {
+	case Processed:
+		c.processed.Add(1)
+	case Duplicate:
+		c.duplicates.Add(1)
+	case Failed:
+		c.failures.Add(1)
+	case DeadLettered:
+		c.deadLettered.Add(1)
+	case CommitFailed:
+		c.commitErrors.Add(1)
+	}
+}
+
+// stats are c's counts (its Config.Hooks, from config).
+func stats(c *Consumer) *counts { return c.cfg.Hooks.(*counts) }
 
 // env is one test's database (processed_events + a business table), group
 // and topic.
@@ -35,21 +95,29 @@ type env struct {
 
 func setup(t *testing.T, partitions int32) *env {
 	t.Helper()
-	url := testenv.Database(t)
-	script, err := os.ReadFile("../sql/processed_events.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Exec(t, url, string(script))
-	testenv.Exec(t, url, string(script)) // safe to run twice
+	return setupWith(t, partitions, func(url string) {
+		script, err := os.ReadFile("../sql/processed_events.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgtest.Exec(t, url, string(script))
+		pgtest.Exec(t, url, string(script)) // safe to run twice
+	})
+}
+
+// setupWith is setup with the dedupe table made by ddl.
+func setupWith(t *testing.T, partitions int32, ddl func(url string)) *env {
+	t.Helper()
+	url := pgtest.Database(t)
+	ddl(url)
 	// No unique key on purpose: a duplicate business row must be countable.
-	testenv.Exec(t, url, `CREATE TABLE billing (event_id text NOT NULL, amount bigint NOT NULL)`)
-	pool, err := pgxpool.New(testenv.Context(t), url)
+	pgtest.Exec(t, url, `CREATE TABLE billing (source text NOT NULL, event_id text NOT NULL, amount bigint NOT NULL)`)
+	pool, err := pgxpool.New(pgtest.Context(t), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return &env{t: t, url: url, pool: pool, group: testenv.Name("grp"), topic: testenv.Topic(t, "consume", partitions)}
+	return &env{t: t, url: url, pool: pool, group: pgtest.Name("grp"), topic: newTopic(t, "consume", partitions)}
 }
 
 // event is what a test produces: an outbox record as cdc-outbox sends it.
@@ -57,9 +125,14 @@ type event struct {
 	id     string // "" for no id header
 	key    string
 	amount int
+	source string // "" for no source header, as from an older streamer
+	topic  string // "" for the env's topic
 }
 
 func (e event) record(topic string) *kgo.Record {
+	if e.topic != "" {
+		topic = e.topic
+	}
 	r := &kgo.Record{
 		Topic: topic,
 		Key:   []byte(e.key),
@@ -69,6 +142,9 @@ func (e event) record(topic string) *kgo.Record {
 			{Key: "aggregate_type", Value: []byte("payment")},
 		},
 	}
+	if e.source != "" {
+		r.Headers = append([]kgo.RecordHeader{{Key: "source", Value: []byte(e.source)}}, r.Headers...)
+	}
 	if e.id != "" {
 		r.Headers = append([]kgo.RecordHeader{{Key: "id", Value: []byte(e.id)}}, r.Headers...)
 	}
@@ -77,7 +153,7 @@ func (e event) record(topic string) *kgo.Record {
 
 func (e *env) produce(events ...event) {
 	e.t.Helper()
-	cl := testenv.KafkaClient(e.t)
+	cl := kafkaClient(e.t)
 	rs := make([]*kgo.Record, len(events))
 	for i, ev := range events {
 		rs[i] = ev.record(e.topic)
@@ -95,8 +171,8 @@ func bill(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
 	if err := json.Unmarshal(r.Value, &v); err != nil {
 		return err
 	}
-	id, _ := eventID(r)
-	_, err := tx.Exec(ctx, `INSERT INTO billing (event_id, amount) VALUES ($1, $2)`, id, v.Amount)
+	ev, _ := eventKey(r)
+	_, err := tx.Exec(ctx, `INSERT INTO billing (source, event_id, amount) VALUES ($1, $2, $3)`, ev.source, ev.id, v.Amount)
 	return err
 }
 
@@ -106,14 +182,14 @@ func testLogger() *slog.Logger {
 
 func (e *env) config(h Handler) Config {
 	return Config{
-		Brokers:    testenv.KafkaBrokers(e.t),
-		Group:      e.group,
-		Topics:     []string{e.topic},
-		Pool:       e.pool,
-		Handler:    h,
-		Backoff:    10 * time.Millisecond,
-		Registerer: prometheus.NewRegistry(),
-		Logger:     testLogger(),
+		Brokers: kafkaBrokers(e.t),
+		Group:   e.group,
+		Topics:  []string{e.topic},
+		DB:      e.pool,
+		Handler: h,
+		Backoff: 10 * time.Millisecond,
+		Hooks:   &counts{},
+		Logger:  testLogger(),
 	}
 }
 
@@ -164,20 +240,18 @@ func (e *env) count(sql string, args ...any) int {
 
 // billing returns the number of business rows and of distinct event ids.
 func (e *env) billing() (rows, distinct int) {
-	return e.count(`SELECT count(*) FROM billing`), e.count(`SELECT count(DISTINCT event_id) FROM billing`)
+	return e.count(`SELECT count(*) FROM billing`), e.count(`SELECT count(DISTINCT (source, event_id)) FROM billing`)
 }
 
 func (e *env) processedRows() int {
 	return e.count(`SELECT count(*) FROM processed_events WHERE consumer_group = $1`, e.group)
 }
 
-func counter(c prometheus.Counter) int { return int(testutil.ToFloat64(c)) }
-
 // committed returns the group's committed offset per partition of the
 // topic (-1 when none) and the topic's end offsets.
 func (e *env) committed() (committed, end map[int32]int64) {
 	e.t.Helper()
-	adm := kadm.NewClient(testenv.KafkaClient(e.t))
+	adm := kadm.NewClient(kafkaClient(e.t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	offs, err := adm.FetchOffsets(ctx, e.group)
@@ -230,7 +304,7 @@ func TestEachEventProcessedOnce(t *testing.T) {
 
 	c := e.consumer(e.config(bill))
 	start := time.Now()
-	if err := runUntil(t, c, func() bool { return counter(c.m.processed)+counter(c.m.duplicates) == 250 }); err != nil {
+	if err := runUntil(t, c, func() bool { return int(stats(c).processed.Load())+int(stats(c).duplicates.Load()) == 250 }); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	t.Logf("250 records in %v", time.Since(start).Round(time.Millisecond))
@@ -242,7 +316,7 @@ func TestEachEventProcessedOnce(t *testing.T) {
 	if n := e.processedRows(); n != 200 {
 		t.Errorf("processed_events: %d rows, want 200", n)
 	}
-	if p, d, f := counter(c.m.processed), counter(c.m.duplicates), counter(c.m.failures); p != 200 || d != 50 || f != 0 {
+	if p, d, f := int(stats(c).processed.Load()), int(stats(c).duplicates.Load()), int(stats(c).failures.Load()); p != 200 || d != 50 || f != 0 {
 		t.Errorf("processed=%d duplicates=%d failures=%d; want 200, 50, 0", p, d, f)
 	}
 	e.requireAllCommitted()
@@ -251,13 +325,13 @@ func TestEachEventProcessedOnce(t *testing.T) {
 	// partition is all it sees.
 	seen := make(chan string, 100)
 	c2 := e.consumer(e.config(func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-		id, _ := eventID(r)
-		seen <- id
+		ev, _ := eventKey(r)
+		seen <- ev.id
 		return bill(ctx, tx, r)
 	}))
 	go func() {
 		time.Sleep(500 * time.Millisecond) // let it join first; the order does not matter for the result
-		cl := testenv.KafkaClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		cl := kafkaClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		for p := range int32(3) {
 			r := event{id: fmt.Sprintf("new-%d", p), key: "k", amount: 1}.record(e.topic)
 			r.Partition = p
@@ -266,7 +340,7 @@ func TestEachEventProcessedOnce(t *testing.T) {
 			}
 		}
 	}()
-	if err := runUntil(t, c2, func() bool { return counter(c2.m.processed) == 3 }); err != nil {
+	if err := runUntil(t, c2, func() bool { return int(stats(c2).processed.Load()) == 3 }); err != nil {
 		t.Fatalf("second Run: %v", err)
 	}
 	close(seen)
@@ -275,7 +349,7 @@ func TestEachEventProcessedOnce(t *testing.T) {
 			t.Errorf("the second consumer processed %s again", id)
 		}
 	}
-	if d := counter(c2.m.duplicates); d != 0 {
+	if d := int(stats(c2).duplicates.Load()); d != 0 {
 		t.Errorf("the second consumer got %d old records", d)
 	}
 }
@@ -296,14 +370,14 @@ func TestRetryThenSuccess(t *testing.T) {
 		if err := bill(ctx, tx, r); err != nil {
 			return err
 		}
-		if id, _ := eventID(r); id == "ev-4" && calls.Add(1) <= 2 {
+		if ev, _ := eventKey(r); ev.id == "ev-4" && calls.Add(1) <= 2 {
 			return errors.New("flaky downstream") // after its insert: must be rolled back
 		}
 		return nil
 	})
 	cfg.MaxAttempts = 3
 	c := e.consumer(cfg)
-	if err := runUntil(t, c, func() bool { return counter(c.m.processed) == 10 }); err != nil {
+	if err := runUntil(t, c, func() bool { return int(stats(c).processed.Load()) == 10 }); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	c.Close()
@@ -316,7 +390,7 @@ func TestRetryThenSuccess(t *testing.T) {
 	if n := e.processedRows(); n != 10 {
 		t.Errorf("processed_events: %d rows, want 10", n)
 	}
-	if f := counter(c.m.failures); f != 2 {
+	if f := int(stats(c).failures.Load()); f != 2 {
 		t.Errorf("failures = %d, want 2", f)
 	}
 	e.requireAllCommitted()
@@ -329,7 +403,7 @@ func TestRetryThenSuccess(t *testing.T) {
 func TestDeadLetter(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	dlt := testenv.Topic(t, "dlq", 1)
+	dlt := newTopic(t, "dlq", 1)
 	events := []event{
 		{id: "ev-0", key: "k"}, {id: "ev-1", key: "k"}, {id: "ev-2", key: "k", amount: 42},
 		{key: "k"}, // offset 3: no id header
@@ -342,7 +416,7 @@ func TestDeadLetter(t *testing.T) {
 		if err := bill(ctx, tx, r); err != nil {
 			return err
 		}
-		if id, _ := eventID(r); id == "ev-2" {
+		if ev, _ := eventKey(r); ev.id == "ev-2" {
 			return errors.New("invoice rejected: boom")
 		}
 		return nil
@@ -352,13 +426,13 @@ func TestDeadLetter(t *testing.T) {
 	cfg.DeadLetterTopic = dlt
 	c := e.consumer(cfg)
 	if err := runUntil(t, c, func() bool {
-		return counter(c.m.processed)+counter(c.m.duplicates)+counter(c.m.deadLettered) == len(events)
+		return int(stats(c).processed.Load())+int(stats(c).duplicates.Load())+int(stats(c).deadLettered.Load()) == len(events)
 	}); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	c.Close()
 
-	if p, d, dl, f := counter(c.m.processed), counter(c.m.duplicates), counter(c.m.deadLettered), counter(c.m.failures); p != 4 || d != 1 || dl != 2 || f != 2 {
+	if p, d, dl, f := int(stats(c).processed.Load()), int(stats(c).duplicates.Load()), int(stats(c).deadLettered.Load()), int(stats(c).failures.Load()); p != 4 || d != 1 || dl != 2 || f != 2 {
 		t.Errorf("processed=%d duplicates=%d dead_lettered=%d failures=%d; want 4, 1, 2, 2", p, d, dl, f)
 	}
 	if n := e.count(`SELECT count(*) FROM billing WHERE event_id = 'ev-2'`); n != 0 {
@@ -373,7 +447,7 @@ func TestDeadLetter(t *testing.T) {
 	e.requireAllCommitted()
 
 	// The dead-letter topic holds exactly the two records, in order.
-	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := kafkaClient(t, kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var got []*kgo.Record
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -420,7 +494,7 @@ func TestDeadLetter(t *testing.T) {
 	if string(got[0].Value) != `{"amount": 42}` {
 		t.Errorf("dead-letter record 0: value %s, want the original", got[0].Value)
 	}
-	if h := header(got[1], HeaderError); !strings.Contains(h, `"id" header`) {
+	if h := header(got[1], HeaderError); !strings.Contains(h, `"id"`) {
 		t.Errorf("dead-letter record 1: error header %q, want the missing id", h)
 	}
 }
@@ -438,7 +512,7 @@ func TestStopPolicy(t *testing.T) {
 	e.produce(events...)
 
 	cfg := e.config(func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-		if id, _ := eventID(r); id == "ev-3" {
+		if ev, _ := eventKey(r); ev.id == "ev-3" {
 			return errors.New("boom")
 		}
 		return bill(ctx, tx, r)
@@ -472,11 +546,11 @@ func TestStopPolicy(t *testing.T) {
 
 	// The cause is fixed: a new consumer starts at ev-3.
 	c2 := e.consumer(e.config(bill))
-	if err := runUntil(t, c2, func() bool { return counter(c2.m.processed) == 3 }); err != nil {
+	if err := runUntil(t, c2, func() bool { return int(stats(c2).processed.Load()) == 3 }); err != nil {
 		t.Fatalf("Run after the fix: %v", err)
 	}
 	c2.Close()
-	if d := counter(c2.m.duplicates); d != 0 {
+	if d := int(stats(c2).duplicates.Load()); d != 0 {
 		t.Errorf("duplicates = %d, want 0: ev-0..ev-2 were committed", d)
 	}
 	if rows, distinct := e.billing(); rows != 6 || distinct != 6 {
@@ -531,7 +605,7 @@ func TestCrashSafety(t *testing.T) {
 	cfg := e.config(slowBill)
 	cfg.MaxPollRecords = 50
 	c1 := e.consumer(cfg)
-	if err := runUntil(t, c1, func() bool { return counter(c1.m.processed) >= 100 }); err != nil {
+	if err := runUntil(t, c1, func() bool { return int(stats(c1).processed.Load()) >= 100 }); err != nil {
 		t.Fatalf("first Run: %v", err)
 	}
 	c1.Close()
@@ -550,14 +624,14 @@ func TestCrashSafety(t *testing.T) {
 	if rows, distinct := e.billing(); rows != n || distinct != n {
 		t.Fatalf("billing: %d rows, %d distinct; want %d and %d", rows, distinct, n, n)
 	}
-	if p := counter(c2.m.processed); p != n-first {
+	if p := int(stats(c2).processed.Load()); p != n-first {
 		t.Errorf("second consumer processed %d, want %d", p, n-first)
 	}
 	e.requireAllCommitted()
 
 	// 3. A crash after the database commits but before any offset commit:
 	// rewind the group to the start. Everything comes again; nothing runs.
-	adm := kadm.NewClient(testenv.KafkaClient(t))
+	adm := kadm.NewClient(kafkaClient(t))
 	var rewind kadm.Offsets
 	for p := range int32(4) {
 		rewind.AddOffset(e.topic, p, 0, -1)
@@ -570,7 +644,7 @@ func TestCrashSafety(t *testing.T) {
 		calls.Add(1)
 		return bill(ctx, tx, r)
 	}))
-	if err := runUntil(t, c3, func() bool { return counter(c3.m.duplicates) == n }); err != nil {
+	if err := runUntil(t, c3, func() bool { return int(stats(c3).duplicates.Load()) == n }); err != nil {
 		t.Fatalf("third Run: %v", err)
 	}
 	c3.Close()
@@ -598,10 +672,10 @@ func TestRebalance(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 		return bill(ctx, tx, r)
 	}
-	reg := prometheus.NewRegistry() // shared, as two consumers of one process would
+	shared := &counts{} // one set for both members, as one process's metrics would be
 	newMember := func() *Consumer {
 		cfg := e.config(slowBill)
-		cfg.Registerer = reg
+		cfg.Hooks = shared
 		cfg.MaxPollRecords = 20
 		return e.consumer(cfg)
 	}
@@ -639,12 +713,12 @@ func TestRebalance(t *testing.T) {
 	if rows, distinct := e.billing(); rows != n || distinct != n {
 		t.Errorf("billing: %d rows, %d distinct; want %d and %d", rows, distinct, n, n)
 	}
-	// Both members count on one registry (one group label).
-	t.Logf("processed=%v duplicates=%v commit_errors=%v", counter(b.m.processed), counter(b.m.duplicates), counter(b.m.commitErrors))
+	// Both members count on one set of hooks.
+	t.Logf("processed=%v duplicates=%v commit_errors=%v", int(stats(b).processed.Load()), int(stats(b).duplicates.Load()), int(stats(b).commitErrors.Load()))
 	// Duplicates are allowed here (a member removed while processing has
 	// its commit refused, and its records come again), double processing is
 	// not: each event's transaction commits once.
-	if p := counter(b.m.processed); p != n {
+	if p := int(stats(b).processed.Load()); p != n {
 		t.Errorf("processed_total = %d, want %d", p, n)
 	}
 	e.requireAllCommitted()
@@ -654,15 +728,15 @@ func TestRebalance(t *testing.T) {
 // one that could not detect duplicates.
 func TestTableCheck(t *testing.T) {
 	t.Parallel()
-	url := testenv.Database(t)
-	pool, err := pgxpool.New(testenv.Context(t), url)
+	url := pgtest.Database(t)
+	pool, err := pgxpool.New(pgtest.Context(t), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	cfg := Config{
-		Brokers: testenv.KafkaBrokers(t), Group: testenv.Name("grp"), Topics: []string{"unused"},
-		Pool: pool, Handler: bill, Logger: testLogger(),
+		Brokers: kafkaBrokers(t), Group: pgtest.Name("grp"), Topics: []string{"unused"},
+		DB: pool, Handler: bill, Logger: testLogger(),
 	}
 	run := func() error {
 		c, err := New(cfg)
@@ -677,7 +751,13 @@ func TestTableCheck(t *testing.T) {
 	if err := run(); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("without the table: %v", err)
 	}
-	testenv.Exec(t, url, `CREATE TABLE processed_events (event_id text, consumer_group text, processed_at timestamptz NOT NULL DEFAULT now())`)
+	// The table as it was before sources.
+	pgtest.Exec(t, url, `CREATE TABLE processed_events (event_id text, consumer_group text, processed_at timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (consumer_group, event_id))`)
+	if err := run(); err == nil || !strings.Contains(err.Error(), "no source column") {
+		t.Errorf("a table from before sources: %v", err)
+	}
+	pgtest.Exec(t, url, `ALTER TABLE processed_events DROP CONSTRAINT processed_events_pkey, ADD COLUMN source text NOT NULL DEFAULT ''`)
 	if err := run(); err == nil || !strings.Contains(err.Error(), "no unique key") {
 		t.Errorf("without the primary key: %v", err)
 	}
@@ -687,23 +767,69 @@ func TestTableCheck(t *testing.T) {
 // the index the package relies on.
 func TestProcessedEventsSQL(t *testing.T) {
 	t.Parallel()
-	url := testenv.Database(t)
+	url := pgtest.Database(t)
 	script, err := os.ReadFile("../sql/processed_events.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Exec(t, url, string(script))
-	testenv.Exec(t, url, string(script))
-	conn := testenv.Connect(t, url)
+	pgtest.Exec(t, url, string(script))
+	pgtest.Exec(t, url, string(script))
+	conn := pgtest.Connect(t, url)
 	var pk, idx string
-	err = conn.QueryRow(testenv.Context(t), `
+	err = conn.QueryRow(pgtest.Context(t), `
 		SELECT (SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'processed_events'::regclass AND contype = 'p'),
 		       (SELECT indexdef FROM pg_indexes WHERE tablename = 'processed_events' AND indexname = 'processed_events_processed_at')`).Scan(&pk, &idx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pk != "PRIMARY KEY (consumer_group, event_id)" || !strings.Contains(idx, "(processed_at)") {
+	if pk != "PRIMARY KEY (consumer_group, source, event_id)" || !strings.Contains(idx, "(processed_at)") {
 		t.Errorf("primary key %q, index %q", pk, idx)
+	}
+}
+
+// TestProcessedEventsUpgrade: sql/processed_events.sql upgrades a table
+// from before sources in place. Its rows get source ”, so a replay of the
+// records they were made from (which carry no source header) is still
+// skipped, while an event with the same id from a source is new.
+func TestProcessedEventsUpgrade(t *testing.T) {
+	t.Parallel()
+	e := setupWith(t, 1, func(url string) {
+		pgtest.Exec(t, url, `CREATE TABLE processed_events (
+			event_id text NOT NULL, consumer_group text NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(),
+			PRIMARY KEY (consumer_group, event_id));
+			CREATE INDEX processed_events_processed_at ON processed_events (processed_at)`)
+	})
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO processed_events (event_id, consumer_group) VALUES ('1', $1), ('2', $1)`, e.group); err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("../sql/processed_events.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, e.url, string(script))
+	pgtest.Exec(t, e.url, string(script))
+	var pk string
+	if err := e.pool.QueryRow(context.Background(), `SELECT pg_get_constraintdef(oid) FROM pg_constraint
+		WHERE conrelid = 'processed_events'::regclass AND contype = 'p'`).Scan(&pk); err != nil {
+		t.Fatal(err)
+	}
+	if pk != "PRIMARY KEY (consumer_group, source, event_id)" {
+		t.Errorf("after the upgrade: %s", pk)
+	}
+	if n := e.count(`SELECT count(*) FROM processed_events WHERE source = '' AND consumer_group = $1`, e.group); n != 2 {
+		t.Errorf("%d old rows with source '', want 2", n)
+	}
+
+	// Events 1 and 2 again from the old streamer (no source): skipped.
+	// Events 1 and 2 from a source, and 3 from either: processed.
+	e.produce(event{id: "1", key: "k"}, event{id: "2", key: "k"}, event{id: "3", key: "k"},
+		event{id: "1", key: "k", source: "payments"}, event{id: "2", key: "k", source: "payments"})
+	c := e.consumer(e.config(bill))
+	if err := runUntil(t, c, func() bool { return stats(c).processed.Load()+stats(c).duplicates.Load() == 5 }); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if p, d := stats(c).processed.Load(), stats(c).duplicates.Load(); p != 3 || d != 2 {
+		t.Errorf("processed %d, duplicates %d; want 3 and 2", p, d)
 	}
 }
 
@@ -711,7 +837,7 @@ func TestProcessedEventsSQL(t *testing.T) {
 func TestCleanup(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	ctx := testenv.Context(t)
+	ctx := pgtest.Context(t)
 	_, err := e.pool.Exec(ctx, `
 		INSERT INTO processed_events (event_id, consumer_group, processed_at)
 		SELECT 'old-' || i, 'g' || (i % 2), now() - interval '2 hours' - i * interval '1 second' FROM generate_series(1, 7) i
@@ -730,11 +856,14 @@ func TestCleanup(t *testing.T) {
 	if n, err := Cleanup(ctx, e.pool, time.Hour, 2); err != nil || n != 0 {
 		t.Errorf("second Cleanup = %d, %v; want 0", n, err)
 	}
+	if n, err := Cleanup(ctx, e.pool, time.Nanosecond, 0); err != nil || n != 4 {
+		t.Errorf("Cleanup with batch size 0 (the default) = %d, %v; want the 4 left", n, err)
+	}
 	for _, bad := range []struct {
 		older time.Duration
 		batch int
 		want  string
-	}{{0, 10, "olderThan"}, {time.Hour, 0, "batchSize"}} {
+	}{{0, 10, "olderThan"}, {time.Hour, -1, "batchSize"}} {
 		if _, err := Cleanup(ctx, e.pool, bad.older, bad.batch); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("Cleanup(%v, %d) = %v, want an error about %s", bad.older, bad.batch, err, bad.want)
 		}
@@ -747,11 +876,11 @@ func TestCleanup(t *testing.T) {
 func TestDatabaseErrorStops(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
-	dlt := testenv.Topic(t, "dlq", 1)
-	testenv.Exec(t, e.url, `CREATE TABLE ledger (entry int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
+	dlt := newTopic(t, "dlq", 1)
+	pgtest.Exec(t, e.url, `CREATE TABLE ledger (entry int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
 	e.produce(event{id: "ev-0", key: "k"}, event{id: "ev-1", key: "k"})
 	cfg := e.config(func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-		if id, _ := eventID(r); id == "ev-1" {
+		if ev, _ := eventKey(r); ev.id == "ev-1" {
 			_, err := tx.Exec(ctx, `INSERT INTO ledger VALUES (1), (1)`) // fails at COMMIT
 			return err
 		}
@@ -767,7 +896,7 @@ func TestDatabaseErrorStops(t *testing.T) {
 		t.Fatalf("Run returned %v; want a database *RecordError for ev-1 at offset 1 after 2 attempts", err)
 	}
 	c.Close()
-	if dl := counter(c.m.deadLettered); dl != 0 {
+	if dl := int(stats(c).deadLettered.Load()); dl != 0 {
 		t.Errorf("dead_lettered = %d, want 0", dl)
 	}
 	if committed, _ := e.committed(); committed[0] != 1 {

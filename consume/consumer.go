@@ -10,15 +10,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kslog"
 )
 
-// Headers of a dead-letter record, besides all the original record's
-// headers (HeaderEventID among them). Key and value are the original's.
+// Headers cdc-outbox sets that the consumer dedupes by.
 const (
-	HeaderEventID           = "id"                 // the event id: the dedupe key, set by cdc-outbox
+	HeaderEventID = "id"     // the event id, unique within its source
+	HeaderSource  = "source" // the outbox the event comes from (cdc-outbox --source); absent from older streamers
+)
+
+// Headers of a dead-letter record, besides all the original record's
+// headers (HeaderEventID and HeaderSource among them). Key and value are
+// the original's.
+const (
 	HeaderOriginalTopic     = "original_topic"     // where the record was consumed
 	HeaderOriginalPartition = "original_partition" // decimal
 	HeaderOriginalOffset    = "original_offset"    // decimal
@@ -30,8 +37,8 @@ const (
 
 const (
 	// insertProcessed is the dedupe: a conflict means the group already
-	// processed the event.
-	insertProcessed = `INSERT INTO processed_events (event_id, consumer_group) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+	// processed the event (same source, same id).
+	insertProcessed = `INSERT INTO processed_events (consumer_group, source, event_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 	// commitTimeout bounds an offset commit, including the last one after
 	// Run's context was cancelled.
 	commitTimeout = 30 * time.Second
@@ -47,7 +54,7 @@ const (
 type Consumer struct {
 	cfg       Config
 	cl        *kgo.Client
-	m         *metrics
+	hooks     Hooks
 	log       *slog.Logger
 	ran       atomic.Bool
 	closeOnce sync.Once
@@ -59,9 +66,9 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer, cfg.Group)
-	if err != nil {
-		return nil, err
+	var hooks Hooks = noHooks{}
+	if cfg.Hooks != nil {
+		hooks = cfg.Hooks
 	}
 	log := cfg.Logger.With("group", cfg.Group)
 	opts := []kgo.Opt{
@@ -77,9 +84,12 @@ func New(cfg Config) (*Consumer, error) {
 		// See Run: no rebalance while a polled batch is being processed.
 		kgo.BlockRebalanceOnPoll(),
 	)
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("consume: create the Kafka client: %w", err)
+		return nil, fmt.Errorf("consume: Kafka client: %w", err)
 	}
 	if rt, ok := cl.OptValue(kgo.RebalanceTimeout).(time.Duration); ok {
 		if budget := retryBudget(cfg.Backoff, cfg.MaxAttempts); budget > rt/2 {
@@ -87,11 +97,13 @@ func New(cfg Config) (*Consumer, error) {
 				"retry_waits", budget, "rebalance_timeout", rt)
 		}
 	}
-	return &Consumer{cfg: cfg, cl: cl, m: m, log: log}, nil
+	return &Consumer{cfg: cfg, cl: cl, hooks: hooks, log: log}, nil
 }
 
-// Close leaves the group and closes the Kafka client. Call it after Run has
-// returned (cancel Run's context to stop it); it does not close the Pool.
+// Close leaves the group (unless InstanceID is set: a static member stays
+// until its replacement joins or the session times out) and closes the
+// Kafka client. Call it after Run has returned (cancel Run's context to
+// stop it); it does not close the DB.
 func (c *Consumer) Close() {
 	c.closeOnce.Do(c.cl.Close)
 }
@@ -101,8 +113,10 @@ func (c *Consumer) Close() {
 // under the Stop policy (a *RecordError; the offsets of the records
 // processed before it are committed, its own is not). Other errors: the
 // processed_events table is missing or has no unique key on
-// (consumer_group, event_id), the client was closed, or Kafka refused
-// access. Run may be called once per Consumer (ErrRunTwice).
+// (consumer_group, source, event_id) (apply sql/processed_events.sql,
+// which also upgrades an older table), the client was closed, or Kafka
+// refused access (grant the consumer READ on the topics and the group).
+// Run may be called once per Consumer (ErrRunTwice).
 //
 // Rebalances: the client is created with kgo.BlockRebalanceOnPoll, so the
 // group cannot take partitions away between a poll and the AllowRebalance
@@ -132,7 +146,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
 		if fetches.IsClientClosed() {
 			c.cl.AllowRebalance()
-			return errors.New("consume: the Kafka client was closed while Run was running; cancel Run's context, then Close")
+			return errors.New("consume: client closed during Run")
 		}
 		if ctx.Err() != nil {
 			// Records polled together with the cancellation are neither
@@ -165,7 +179,7 @@ func (c *Consumer) fetchErrors(fetches kgo.Fetches) error {
 		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed):
 			if fatal == nil {
-				fatal = fmt.Errorf("consume: fetch topic %s partition %d: %w; grant the consumer READ on the topics and the group", topic, partition, err)
+				fatal = fmt.Errorf("consume: fetch topic %s partition %d: %w", topic, partition, err)
 			}
 		default:
 			c.log.Warn("fetch error; the Kafka client retries", "topic", topic, "partition", partition, "error", err)
@@ -214,7 +228,7 @@ func (c *Consumer) commit(ctx context.Context, done []*kgo.Record) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	if err := c.cl.CommitRecords(cctx, done...); err != nil {
-		c.m.commitErrors.Inc()
+		c.hooks.Observe(Observation{Outcome: CommitFailed, Group: c.cfg.Group, Err: err})
 		c.log.Warn("offset commit failed; those records will be redelivered and skipped as duplicates", "error", err)
 		return
 	}
@@ -225,30 +239,34 @@ func (c *Consumer) commit(ctx context.Context, done []*kgo.Record) {
 	}
 }
 
+// dedupeKey identifies an event: its source and its id.
+type dedupeKey struct{ source, id string }
+
 // handle finishes one record: processed, skipped as a duplicate, or
 // dead-lettered (nil), or not (an error; ctx's error when cancelled).
 func (c *Consumer) handle(ctx context.Context, r *kgo.Record) error {
-	id, ok := eventID(r)
+	ev, ok := eventKey(r)
 	if !ok {
-		return c.giveUp(ctx, r, "", StageEventID, 0, ErrMissingEventID)
+		return c.giveUp(ctx, r, ev, StageEventID, 0, ErrMissingEventID)
 	}
 	for attempt := 1; ; attempt++ {
-		stage, err := c.attempt(ctx, id, r)
+		stage, err := c.attempt(ctx, ev, r)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err() // stopping is not a failure of the record
 		}
-		c.m.failures.Inc()
-		c.log.Warn("processing failed", "event_id", id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+		c.hooks.Observe(Observation{Outcome: Failed, Group: c.cfg.Group, Record: r, Source: ev.source, EventID: ev.id,
+			Stage: stage, Attempt: attempt, Err: err})
+		c.log.Warn("processing failed", "source", ev.source, "event_id", ev.id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 			"stage", string(stage), "attempt", attempt, "max_attempts", c.cfg.MaxAttempts, "error", err)
 		if attempt >= c.cfg.MaxAttempts {
 			if stage == StageDatabase {
 				// A database outage must not dead-letter healthy events.
-				return c.recordError(r, id, stage, attempt, err)
+				return c.recordError(r, ev, stage, attempt, err)
 			}
-			return c.giveUp(ctx, r, id, stage, attempt, err)
+			return c.giveUp(ctx, r, ev, stage, attempt, err)
 		}
 		if err := sleep(ctx, backoff(c.cfg.Backoff, attempt)); err != nil {
 			return err
@@ -258,8 +276,8 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) error {
 
 // attempt is one transaction: dedupe row, handler, commit. It returns the
 // stage that failed.
-func (c *Consumer) attempt(ctx context.Context, id string, r *kgo.Record) (Stage, error) {
-	tx, err := c.cfg.Pool.Begin(ctx)
+func (c *Consumer) attempt(ctx context.Context, ev dedupeKey, r *kgo.Record) (Stage, error) {
+	tx, err := c.cfg.DB.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
 		return StageDatabase, fmt.Errorf("begin: %w", err)
 	}
@@ -270,13 +288,13 @@ func (c *Consumer) attempt(ctx context.Context, id string, r *kgo.Record) (Stage
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	tag, err := tx.Exec(ctx, insertProcessed, id, c.cfg.Group)
+	tag, err := tx.Exec(ctx, insertProcessed, c.cfg.Group, ev.source, ev.id)
 	if err != nil {
 		return StageDatabase, fmt.Errorf("insert into processed_events: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		c.m.duplicates.Inc()
-		c.log.Debug("duplicate skipped", "event_id", id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+		c.hooks.Observe(Observation{Outcome: Duplicate, Group: c.cfg.Group, Record: r, Source: ev.source, EventID: ev.id})
+		c.log.Debug("duplicate skipped", "source", ev.source, "event_id", ev.id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
 		return "", nil
 	}
 	if err := c.cfg.Handler(ctx, tx, r); err != nil {
@@ -290,50 +308,53 @@ func (c *Consumer) attempt(ctx context.Context, id string, r *kgo.Record) (Stage
 	if err := tx.Commit(cctx); err != nil {
 		return StageDatabase, fmt.Errorf("commit: %w", err)
 	}
-	c.m.processed.Inc()
+	c.hooks.Observe(Observation{Outcome: Processed, Group: c.cfg.Group, Record: r, Source: ev.source, EventID: ev.id})
 	return "", nil
 }
 
 // giveUp applies OnFailure to a record that cannot be processed.
-func (c *Consumer) giveUp(ctx context.Context, r *kgo.Record, id string, stage Stage, attempts int, cause error) error {
+func (c *Consumer) giveUp(ctx context.Context, r *kgo.Record, ev dedupeKey, stage Stage, attempts int, cause error) error {
 	if c.cfg.OnFailure != DeadLetter {
-		return c.recordError(r, id, stage, attempts, cause)
+		return c.recordError(r, ev, stage, attempts, cause)
 	}
 	dl := deadLetter(r, c.cfg.DeadLetterTopic, c.cfg.Group, attempts, cause)
 	if err := c.cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return c.recordError(r, id, StageDeadLetter, attempts,
+		return c.recordError(r, ev, StageDeadLetter, attempts,
 			fmt.Errorf("publish to dead-letter topic %s: %w (the record had failed with: %v)", c.cfg.DeadLetterTopic, err, cause))
 	}
 	// Recorded as processed once the broker has the dead-letter record, so
 	// that a redelivery is skipped as a duplicate instead of being tried and
 	// dead-lettered again. A crash before this insert can dead-letter the
 	// record twice (same id header): the dead-letter topic is at least once.
-	if id != "" {
-		tag, err := c.cfg.Pool.Exec(ctx, insertProcessed, id, c.cfg.Group)
+	// A record without a usable id or source (StageEventID) is not recorded:
+	// under whatever key it were, it could pass for another event.
+	if stage != StageEventID {
+		tag, err := c.cfg.DB.Exec(ctx, insertProcessed, c.cfg.Group, ev.source, ev.id)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return c.recordError(r, id, StageDeadLetter, attempts,
+			return c.recordError(r, ev, StageDeadLetter, attempts,
 				fmt.Errorf("the record is in dead-letter topic %s, but recording it in processed_events failed: %w", c.cfg.DeadLetterTopic, err))
 		}
 		if tag.RowsAffected() == 0 {
 			c.log.Warn("dead-lettered an event that another member processed meanwhile (during a rebalance); the dead-letter record is redundant",
-				"event_id", id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+				"source", ev.source, "event_id", ev.id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
 		}
 	}
-	c.m.deadLettered.Inc()
-	c.log.Warn("record sent to the dead-letter topic", "event_id", id, "topic", r.Topic, "partition", r.Partition,
+	c.hooks.Observe(Observation{Outcome: DeadLettered, Group: c.cfg.Group, Record: r, Source: ev.source, EventID: ev.id,
+		Stage: stage, Attempt: attempts, Err: cause})
+	c.log.Warn("record sent to the dead-letter topic", "source", ev.source, "event_id", ev.id, "topic", r.Topic, "partition", r.Partition,
 		"offset", r.Offset, "dead_letter_topic", c.cfg.DeadLetterTopic, "stage", string(stage), "attempts", attempts, "error", cause)
 	return nil
 }
 
-func (c *Consumer) recordError(r *kgo.Record, id string, stage Stage, attempts int, cause error) error {
+func (c *Consumer) recordError(r *kgo.Record, ev dedupeKey, stage Stage, attempts int, cause error) error {
 	return &RecordError{
-		Group: c.cfg.Group, EventID: id,
+		Group: c.cfg.Group, Source: ev.source, EventID: ev.id,
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 		Stage: stage, Attempts: attempts, Err: cause,
 	}
@@ -360,44 +381,61 @@ func deadLetter(r *kgo.Record, topic, group string, attempts int, cause error) *
 	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h}
 }
 
-// eventID returns the record's "id" header; ok is false when there is
-// none, it is empty, or several disagree.
-func eventID(r *kgo.Record) (id string, ok bool) {
+// eventKey returns the record's source and id headers; ok is false when
+// the id is missing or empty, or when either header appears several times
+// with different values: the record could then be mistaken for another
+// event. A record without a source header (from a streamer that sets none)
+// has source "".
+func eventKey(r *kgo.Record) (ev dedupeKey, ok bool) {
+	id, idOK := header(r, HeaderEventID)
+	source, sourceOK := header(r, HeaderSource)
+	ev = dedupeKey{source: source, id: id}
+	return ev, idOK && sourceOK && id != ""
+}
+
+// header returns the value of the header key ("" when absent); ok is false
+// when several headers named key disagree.
+func header(r *kgo.Record, key string) (v string, ok bool) {
 	found := false
 	for _, h := range r.Headers {
-		if h.Key != HeaderEventID {
+		if h.Key != key {
 			continue
 		}
-		if found && string(h.Value) != id {
+		if found && string(h.Value) != v {
 			return "", false
 		}
-		id, found = string(h.Value), true
+		v, found = string(h.Value), true
 	}
-	return id, found && id != ""
+	return v, true
 }
 
 // checkTable makes sure processed_events exists and has a unique key on
-// (consumer_group, event_id): without one, ON CONFLICT DO NOTHING never
-// conflicts and every duplicate would be processed again, silently.
+// (consumer_group, source, event_id): without one, ON CONFLICT DO NOTHING
+// never conflicts and every duplicate would be processed again, silently.
+// A table from before sources (keyed on consumer_group and event_id) would
+// fail every insert, so it is named as such.
 func (c *Consumer) checkTable(ctx context.Context) error {
-	var exists bool
+	var exists, hasSource bool
 	var keys int
-	err := c.cfg.Pool.QueryRow(ctx, `
+	err := c.cfg.DB.QueryRow(ctx, `
 		SELECT to_regclass('processed_events') IS NOT NULL,
+		       EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('processed_events') AND attname = 'source' AND NOT attisdropped),
 		       (SELECT count(*) FROM pg_index i
 		        WHERE i.indrelid = to_regclass('processed_events')
 		          AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
-		          AND i.indnatts = 2
+		          AND i.indnatts = 3
 		          AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a
-		               WHERE a.attrelid = i.indrelid AND a.attnum IN (i.indkey[0], i.indkey[1]))
-		              = ARRAY['consumer_group', 'event_id'])`).Scan(&exists, &keys)
+		               WHERE a.attrelid = i.indrelid AND a.attnum IN (i.indkey[0], i.indkey[1], i.indkey[2]))
+		              = ARRAY['consumer_group', 'event_id', 'source'])`).Scan(&exists, &hasSource, &keys)
 	switch {
 	case err != nil:
-		return fmt.Errorf("consume: check the processed_events table: %w", err)
+		return fmt.Errorf("consume: check table processed_events: %w", err)
 	case !exists:
-		return errors.New("consume: table processed_events does not exist in the Pool's database (search_path); create it with sql/processed_events.sql")
+		return errors.New("consume: table processed_events does not exist")
+	case !hasSource:
+		return errors.New("consume: table processed_events has no source column (created before sources)")
 	case keys == 0:
-		return errors.New("consume: table processed_events has no unique key on (consumer_group, event_id), so duplicates would not be detected; create it with sql/processed_events.sql")
+		return errors.New("consume: table processed_events has no unique key on (consumer_group, source, event_id)")
 	}
 	return nil
 }

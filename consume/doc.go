@@ -1,13 +1,13 @@
 // Package consume is the consumer half of cdc-outbox: it reads the records
 // cdc-outbox publishes (franz-go, a consumer group) and runs a handler for
-// each one effectively once, by deduplicating on the event id in the
-// consumer's own PostgreSQL database (pgx).
+// each one effectively once, by deduplicating on the event's source and id
+// in the consumer's own PostgreSQL database (pgx).
 //
 // # What it owns
 //
 // For each record, in order per partition, one database transaction:
 //
-//	INSERT INTO processed_events (event_id, consumer_group) VALUES ($1, $2) ON CONFLICT DO NOTHING
+//	INSERT INTO processed_events (consumer_group, source, event_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING
 //	-- a new row:     run the Handler with the same transaction, then COMMIT
 //	-- a conflict:    the group already processed this event: skip it (counted)
 //
@@ -17,7 +17,13 @@
 // roll back together, so a handler error leaves nothing behind.
 //
 // The event id is the record's "id" header (cdc-outbox sets it from the
-// outbox row's id). The table is sql/processed_events.sql; Cleanup trims it.
+// outbox row's id), and the source its "source" header (cdc-outbox's
+// --source: which outbox the event comes from). Ids are unique only within
+// one outbox, since each table has its own sequence, so a group that reads
+// the topics of several services must tell their event 1s apart: the
+// dedupe key is (group, source, id). A record from a streamer that sets no
+// source header has source "". The table is sql/processed_events.sql (which
+// also upgrades a table from before sources); Cleanup trims it.
 //
 // A failing record is retried (Config.MaxAttempts, exponential backoff from
 // Config.Backoff); after the last attempt Config.OnFailure decides, and
@@ -26,7 +32,8 @@
 // a restart retries it; DeadLetter publishes the record to
 // Config.DeadLetterTopic with headers saying where it came from and why it
 // failed, records the event as processed, and moves on. A record without an
-// id header is never processed: it goes straight to OnFailure, untried.
+// id header (or with "id" or "source" headers that disagree) is never
+// processed: it goes straight to OnFailure, untried.
 //
 // # Dead letters
 //
@@ -39,9 +46,11 @@
 // and dead-lettered again. A crash between the acknowledgement and that
 // insert can dead-letter it twice: dead-letter readers dedupe by "id" too.
 // To replay a dead-lettered event after fixing the cause, delete its row
-// (DELETE FROM processed_events WHERE consumer_group = $1 AND event_id = $2)
-// and produce the record to its original topic again. A record without an
-// id cannot be recorded; each redelivery of it is dead-lettered again.
+// (DELETE FROM processed_events WHERE consumer_group = $1 AND source = $2
+// AND event_id = $3)
+// and produce the record to its original topic again. A record without a
+// usable id (or source) cannot be recorded; each redelivery of it is
+// dead-lettered again.
 //
 // A failure outside the handler (begin, the processed_events insert, the
 // commit) is never dead-lettered: after the last attempt it stops Run under
@@ -59,17 +68,27 @@
 //   - Process a partition's records out of order, or move past a record
 //     that is not finished.
 //
-// # Metrics
+// # Static membership
 //
-// Registered on Config.Registerer (nothing is registered when it is nil);
-// several Consumers may share one registerer, each with its own group label.
+// A consumer that dies without leaving its group (kill -9, OOM, a lost
+// node) keeps its partitions until the group's session timeout (45s by
+// default) drops it; its replacement waits that long. Config.InstanceID
+// makes the consumer a static member: a replacement joining with the same
+// id takes over at once. Use a stable, unique id per instance, such as a
+// StatefulSet pod name.
 //
-//	cdc_outbox_consumer_processed_total{group}      counter  records whose handler ran and whose transaction committed
-//	cdc_outbox_consumer_duplicates_total{group}     counter  records skipped because the group already processed the event id
-//	cdc_outbox_consumer_failures_total{group}       counter  failed attempts (handler or database error), retried ones included
-//	cdc_outbox_consumer_dead_lettered_total{group}  counter  records published to the dead-letter topic
-//	cdc_outbox_consumer_commit_errors_total{group}  counter  Kafka offset commits that failed (the records are redelivered and skipped as duplicates)
+// # Observing it
 //
-// A rising duplicates counter after a restart or a rebalance is expected; a
-// steadily rising one means offsets are not being committed.
+// Config.Hooks sees every outcome (processed, duplicate, failed attempt,
+// dead letter, failed offset commit) with the group, the record, its
+// source and id. The module github.com/cdc-outbox/cdc-outbox/consume/consumeprom
+// counts them in Prometheus; consume itself does not depend on
+// client_golang. Logs go to Config.Logger (log/slog), errors under the key
+// "error".
+//
+// # The module
+//
+// The package is a module of its own, github.com/cdc-outbox/cdc-outbox/consume,
+// which depends on pgx and franz-go. It takes the database as a small
+// interface (DB), which a *pgxpool.Pool satisfies.
 package consume

@@ -10,21 +10,22 @@ import (
 )
 
 // ErrMissingEventID is the cause in a *RecordError for a record without a
-// usable "id" header (none, an empty one, or several that disagree). Such a
-// record cannot be deduplicated, so it is never processed.
-var ErrMissingEventID = errors.New(`record has no usable "id" header (none, empty, or several that disagree); it cannot be deduplicated, so it is not processed`)
+// usable "id" header (none, an empty one, or several that disagree), or
+// with several "source" headers that disagree. Such a record cannot be
+// deduplicated, so it is never processed.
+var ErrMissingEventID = errors.New(`consume: no usable "id" or "source" header`)
 
 // ErrRunTwice is returned by a second call to Run. The client's fetch
 // positions have moved past records the first Run polled but did not
 // finish, so only a new Consumer (which resumes from the committed offsets)
-// may go on.
-var ErrRunTwice = errors.New("consume: Run was already called on this Consumer; Close it and create a new one, which resumes from the committed offsets")
+// may go on: Close this one and create another.
+var ErrRunTwice = errors.New("consume: Run called twice")
 
 // ConfigError is one problem with a Config. New returns every problem at
 // once, joined with errors.Join; errors.As finds the first.
 type ConfigError struct {
 	Field   string // the Config field at fault, e.g. "Group"
-	Problem string // what is wrong and what to do
+	Problem string // what is wrong with it
 }
 
 func (e *ConfigError) Error() string {
@@ -35,7 +36,8 @@ func (e *ConfigError) Error() string {
 type Stage string
 
 const (
-	// StageEventID: the record has no usable "id" header (ErrMissingEventID).
+	// StageEventID: the record has no usable "id" or "source" header
+	// (ErrMissingEventID).
 	StageEventID Stage = "event id"
 	// StageDatabase: beginning the transaction, the processed_events insert
 	// or the commit failed. After the last attempt a database error always
@@ -51,9 +53,12 @@ const (
 
 // RecordError is a record that could not be processed. Run returns it when
 // it stops because of a record; that record's offset (and everything after
-// it in its partition) is not committed, so a new Consumer retries it.
+// it in its partition) is not committed, so a new Consumer retries it once
+// the cause is fixed (or, for a handler error or a missing id, once
+// OnFailure is DeadLetter).
 type RecordError struct {
 	Group     string
+	Source    string // the "source" header, "" when the record has none
 	EventID   string // "" when the record has none
 	Topic     string
 	Partition int32
@@ -63,10 +68,9 @@ type RecordError struct {
 	Err       error
 }
 
-// Error reads like `consume: group billing: event 42 (topic
+// Error reads like `consume: group billing: event 42 from payments (topic
 // outbox.event.payment, partition 0, offset 17): handler failed after 3
-// attempts: boom; offset 17 is not committed: fix the cause and start the
-// consumer again to retry it`.
+// attempts: boom`.
 func (e *RecordError) Error() string {
 	var b strings.Builder
 	b.WriteString("consume: group ")
@@ -78,14 +82,15 @@ func (e *RecordError) Error() string {
 		b.WriteString("event ")
 		b.WriteString(printable(e.EventID))
 	}
+	if e.Source != "" {
+		b.WriteString(" from ")
+		b.WriteString(printable(e.Source))
+	}
 	fmt.Fprintf(&b, " (topic %s, partition %d, offset %d): %s failed", e.Topic, e.Partition, e.Offset, e.Stage)
 	if e.Attempts > 1 {
 		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
 	}
-	fmt.Fprintf(&b, ": %v; offset %d is not committed: fix the cause and start the consumer again to retry it", e.Err, e.Offset)
-	if e.Stage == StageHandler || e.Stage == StageEventID {
-		b.WriteString(", or set OnFailure to DeadLetter to set such records aside")
-	}
+	fmt.Fprintf(&b, ": %v", e.Err)
 	return b.String()
 }
 

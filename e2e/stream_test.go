@@ -65,6 +65,7 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	source := e.defaultSource()
 	checked := 0
 	for rows.Next() {
 		var id, typ, agg, evType, payload, headers string
@@ -82,7 +83,7 @@ func TestEndToEnd(t *testing.T) {
 		var hdr map[string]any
 		_ = json.Unmarshal([]byte(headers), &hdr)
 		// jsonb stores keys shortest first: "writer" before "traceparent".
-		wantHeaders := fmt.Sprintf("id=%s event_type=%s aggregate_type=%s writer=%v traceparent=%s", id, evType, typ, hdr["writer"], hdr["traceparent"])
+		wantHeaders := fmt.Sprintf("id=%s event_type=%s aggregate_type=%s source=%s writer=%v traceparent=%s", id, evType, typ, source, hdr["writer"], hdr["traceparent"])
 		var have []string
 		for _, h := range r.Headers {
 			have = append(have, h.Key+"="+string(h.Value))

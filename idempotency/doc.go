@@ -7,25 +7,31 @@
 // # How a request is handled
 //
 // GET, HEAD, OPTIONS and TRACE pass straight through. Any other method needs
-// an Idempotency-Key header (400 without, unless Options.AllowMissingKey);
-// keys are scoped by Options.ClientID, so clients cannot collide. The
+// an Idempotency-Key header (400 without, unless Config.AllowMissingKey);
+// keys are scoped by Config.ClientID, so clients cannot collide. The
 // request is hashed (sha256 of method, path with query, and body) and the
 // key claimed:
 //
 //   - new key: a short transaction of its own inserts the row as 'running'
 //     with a lease (locked_until). Then the handler's transaction begins,
 //     locks the row, and the handler runs with it (Tx). The middleware
-//     buffers the response; if the status is below 500 it stores status,
-//     the configured headers and the body on the key row as 'completed' in
-//     that same transaction, commits, and only then writes the response.
+//     buffers the response, and its status decides:
+//   - 2xx or 3xx: the status, the configured headers and the body are
+//     stored on the key row as 'completed' in that same transaction, which
+//     commits, and only then is the response written.
+//   - 4xx: the transaction rolls back, so a refused request leaves none of
+//     the handler's writes behind, and the response is stored on the key
+//     on its own: a retry gets the same refusal. CommitClientError makes a
+//     4xx commit like a 2xx; 408, 425 and 429 (come back later) are treated
+//     like a 5xx.
+//   - 5xx or panic: the transaction rolls back and the claim is deleted, so
+//     a retry runs the handler again, which is safe because nothing of the
+//     first attempt committed. A panic becomes a 500.
 //   - completed key, same hash: the stored response, verbatim, plus
 //     Idempotent-Replayed: true; the handler does not run.
 //   - any existing key, other hash: 422; the stored response is never
 //     served for a different request.
 //   - running key: 409 with Retry-After (seconds left on the lease).
-//   - 5xx or panic: the transaction rolls back and the claim is deleted, so
-//     a retry runs the handler again, which is safe because nothing of the
-//     first attempt committed. A panic becomes a 500.
 //
 // # Why the completion shares the handler's transaction
 //
@@ -56,20 +62,31 @@
 // its own token, so an owner whose claim was taken over (it stalled before
 // locking) backs off with 409 and runs nothing.
 //
-// Keys expire Options.TTL after their claim: an expired key is treated as
+// Keys expire Config.TTL after their claim: an expired key is treated as
 // absent, and Cleanup deletes expired rows in batches.
 //
 // DeriveKey and RequestKey derive stable keys for the calls a handler makes
 // to other services (a payment provider, say), so that a retry of our
-// request is also a safe retry of theirs.
+// request is also a safe retry of theirs. A request without a key gets a
+// random RequestKey of its own, so its calls never pass for retries of
+// another request's.
 //
 // # What it must never do
 //
 // It must never run a handler for a key whose first request may still be
 // running or has completed, never serve a stored response to a request
 // with another hash or another client, never commit the handler's work
-// without completing the key (or the reverse), and never write a response
-// to the client before the transaction that makes it true has committed.
+// without completing the key, never store a success whose work did not
+// commit, and never write a response to the client before the transaction
+// that makes it true has committed.
 // The handler must not commit or roll back the transaction it gets from Tx
 // (those calls return ErrTxManaged); the middleware owns it.
+//
+// # The module
+//
+// The package is a module of its own,
+// github.com/cdc-outbox/cdc-outbox/idempotency, which depends on pgx and
+// nothing else. It takes the database as a small interface (DB), which a
+// *pgxpool.Pool satisfies, and logs through log/slog with the error under
+// the key "error".
 package idempotency

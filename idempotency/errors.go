@@ -2,19 +2,25 @@ package idempotency
 
 import "errors"
 
-var (
-	// ErrTxManaged is returned by Commit and Rollback on the transaction Tx
-	// gives a handler: the middleware commits it together with the stored
-	// response, or rolls it back when the handler responds 5xx or panics.
-	// Nested transactions (tx.Begin, a savepoint) work as usual.
-	ErrTxManaged = errors.New("idempotency: the middleware commits or rolls back this transaction; respond with a status instead (5xx rolls back)")
+// ErrTxManaged is returned by Commit and Rollback on the transaction Tx
+// gives a handler: the middleware ends it, and the handler decides how with
+// its status (see Tx). Nested transactions (tx.Begin, a savepoint) work as
+// usual.
+var ErrTxManaged = errors.New("idempotency: transaction managed by the middleware")
 
-	// ErrOptions means New was given unusable Options; the message says
-	// which field and why.
-	ErrOptions = errors.New("idempotency: invalid options")
-)
+// ConfigError is one problem with a Config. New returns every problem at
+// once, joined with errors.Join; errors.As finds the first.
+type ConfigError struct {
+	Field   string // the Config field at fault, e.g. "ClientID"
+	Problem string // what is wrong with it
+}
 
-// Messages of the responses the middleware writes itself.
+func (e *ConfigError) Error() string {
+	return "idempotency: Config." + e.Field + ": " + e.Problem
+}
+
+// Messages of the responses the middleware writes itself: they speak to
+// the client, so they say what to do.
 const (
 	msgMissingKey   = "this request needs an Idempotency-Key header (a unique value, e.g. a UUID, reused only when retrying the same request)"
 	msgBadKey       = "the Idempotency-Key header must be one value of 1 to 255 visible ASCII characters"

@@ -14,7 +14,19 @@ import (
 // provider is retried with the same key and the provider does the work
 // once; different purposes (say "charge" and "refund") give different keys.
 // Inside a handler, use RequestKey(ctx) as parent.
+//
+// An empty parent panics: it would give every caller the same key, and a
+// provider would take unrelated calls for retries of one.
 func DeriveKey(parent, purpose string) string {
+	if parent == "" {
+		panic("idempotency: DeriveKey with an empty parent key")
+	}
+	return deriveKey(parent, purpose)
+}
+
+// deriveKey is DeriveKey without its check: RequestKey derives from the
+// client id, which is "" when every client shares one scope.
+func deriveKey(parent, purpose string) string {
 	h := sha256.New()
 	h.Write([]byte(parent))
 	h.Write([]byte{0})

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,23 +20,22 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
-	"github.com/cdc-outbox/cdc-outbox/outbox"
+	"github.com/cdc-outbox/cdc-outbox/idempotency/internal/pgtest"
 )
 
 // setup returns a pool to a fresh database holding sql/idempotency.sql (run
 // twice: it must be safe to), sql/publication.sql, and a business table.
 func setup(t *testing.T, cfg func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	url := testenv.Database(t)
+	url := pgtest.Database(t)
 	for _, f := range []string{"../sql/idempotency.sql", "../sql/idempotency.sql", "../sql/publication.sql"} {
 		ddl, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		testenv.Exec(t, url, string(ddl))
+		pgtest.Exec(t, url, string(ddl))
 	}
-	testenv.Exec(t, url, `CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL)`)
+	pgtest.Exec(t, url, `CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL)`)
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func setup(t *testing.T, cfg func(*pgxpool.Config)) *pgxpool.Pool {
 	if cfg != nil {
 		cfg(pc)
 	}
-	pool, err := pgxpool.NewWithConfig(testenv.Context(t), pc)
+	pool, err := pgxpool.NewWithConfig(pgtest.Context(t), pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,9 +81,11 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	// The event, as package outbox writes it (not imported: this module
+	// depends on pgx alone).
 	payload, _ := json.Marshal(map[string]any{"id": id, "item": in.Item})
-	if _, err := outbox.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: strconv.FormatInt(id, 10),
-		EventType: "OrderCreated", Payload: payload}); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'OrderCreated', $2)`,
+		strconv.FormatInt(id, 10), string(payload)); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -99,13 +101,14 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func clientHeader(r *http.Request) string { return r.Header.Get("X-Client") }
 
-func newServer(t *testing.T, pool *pgxpool.Pool, opts Options, h http.Handler) (*httptest.Server, *Middleware) {
+func newServer(t *testing.T, pool *pgxpool.Pool, cfg Config, h http.Handler) (*httptest.Server, *Middleware) {
 	t.Helper()
-	if opts.ClientID == nil {
-		opts.ClientID = clientHeader
+	if cfg.ClientID == nil {
+		cfg.ClientID = clientHeader
 	}
-	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
-	m, err := New(pool, opts)
+	cfg.DB = pool
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +151,7 @@ func do(t *testing.T, srv *httptest.Server, method, path, key, client, body stri
 func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(testenv.Context(t), query, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(pgtest.Context(t), query, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -169,7 +172,7 @@ func work(t *testing.T, pool *pgxpool.Pool) int {
 func keyStatus(t *testing.T, pool *pgxpool.Pool, client, key string) string {
 	t.Helper()
 	var s string
-	err := pool.QueryRow(testenv.Context(t), `SELECT status FROM idempotency_keys WHERE client_id = $1 AND key = $2`, client, key).Scan(&s)
+	err := pool.QueryRow(pgtest.Context(t), `SELECT status FROM idempotency_keys WHERE client_id = $1 AND key = $2`, client, key).Scan(&s)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "absent"
 	}
@@ -183,7 +186,7 @@ func TestFirstRequestThenReplay(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
 	app := &shop{}
-	srv, _ := newServer(t, pool, Options{}, app)
+	srv, _ := newServer(t, pool, Config{}, app)
 
 	first := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"book"}`)
 	if first.code != http.StatusCreated || first.replayed() || first.header.Get("Location") != "/orders/1" ||
@@ -220,7 +223,7 @@ func TestSameKeyOtherRequest(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
 	app := &shop{}
-	srv, _ := newServer(t, pool, Options{}, app)
+	srv, _ := newServer(t, pool, Config{}, app)
 
 	if r := do(t, srv, "POST", "/orders?src=web", "k1", "acme", `{"item":"book"}`); r.code != http.StatusCreated {
 		t.Fatalf("first: %+v", r)
@@ -245,7 +248,7 @@ func TestKeyRequired(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
 	app := &shop{}
-	srv, _ := newServer(t, pool, Options{MaxBodyBytes: 64}, app)
+	srv, _ := newServer(t, pool, Config{MaxBodyBytes: 64}, app)
 
 	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 		r := do(t, srv, method, "/orders", "", "acme", `{"item":"book"}`)
@@ -271,7 +274,7 @@ func TestKeyRequired(t *testing.T) {
 
 	// AllowMissingKey: passed through without idempotency, still in a
 	// transaction.
-	lax, _ := newServer(t, pool, Options{AllowMissingKey: true}, app)
+	lax, _ := newServer(t, pool, Config{AllowMissingKey: true}, app)
 	for range 2 {
 		if r := do(t, lax, "POST", "/orders", "", "acme", `{"item":"book"}`); r.code != http.StatusCreated || r.replayed() {
 			t.Errorf("AllowMissingKey, no key: %+v, want 201 each time", r)
@@ -291,7 +294,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
 	app := &shop{before: func(*http.Request) { time.Sleep(200 * time.Millisecond) }}
-	srv, _ := newServer(t, pool, Options{}, app)
+	srv, _ := newServer(t, pool, Config{}, app)
 	srv.Client().Transport.(*http.Transport).MaxIdleConnsPerHost = 50
 
 	const n = 50
@@ -349,7 +352,7 @@ func TestPanicRollsBack(t *testing.T) {
 		}
 		return false
 	}}
-	srv, _ := newServer(t, pool, Options{}, app)
+	srv, _ := newServer(t, pool, Config{}, app)
 
 	if r := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"book"}`); r.code != http.StatusInternalServerError {
 		t.Fatalf("panicking handler: %+v, want 500", r)
@@ -369,9 +372,9 @@ func TestPanicRollsBack(t *testing.T) {
 	}
 }
 
-// A 5xx response rolls back too and is passed on, not stored; a 4xx is a
-// result: committed, stored and replayed.
-func TestStatusDecidesCommit(t *testing.T) {
+// A 5xx response rolls back and is passed on, not stored: the key is free
+// for the retry.
+func TestServerErrorRollsBack(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
 	var fail atomic.Bool
@@ -383,7 +386,7 @@ func TestStatusDecidesCommit(t *testing.T) {
 		}
 		return false
 	}}
-	srv, _ := newServer(t, pool, Options{}, app)
+	srv, _ := newServer(t, pool, Config{}, app)
 
 	if r := do(t, srv, "POST", "/orders", "k5", "acme", `{"item":"book"}`); r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "provider down") {
 		t.Fatalf("5xx: %+v, want the handler's 503", r)
@@ -395,15 +398,165 @@ func TestStatusDecidesCommit(t *testing.T) {
 	if r := do(t, srv, "POST", "/orders", "k5", "acme", `{"item":"book"}`); r.code != http.StatusCreated || r.replayed() {
 		t.Fatalf("retry after a 503: %+v, want a fresh 201", r)
 	}
-
-	bad := do(t, srv, "POST", "/orders", "k4", "acme", `{"nope":1}`)
-	again := do(t, srv, "POST", "/orders", "k4", "acme", `{"nope":1}`)
-	if bad.code != http.StatusBadRequest || again.code != http.StatusBadRequest || !again.replayed() || again.body != bad.body ||
-		again.header.Get("Content-Type") != "text/plain; charset=utf-8" {
-		t.Errorf("4xx: first %+v, retry %+v; want the 400 stored and replayed", bad, again)
+	if runs, n := app.runs.Load(), work(t, pool); runs != 2 || n != 1 {
+		t.Errorf("handler ran %d times, %d orders; want 2 and 1", runs, n)
 	}
-	if runs, n := app.runs.Load(), work(t, pool); runs != 3 || n != 1 {
-		t.Errorf("handler ran %d times, %d orders; want 3 and 1", runs, n)
+}
+
+// TestClientErrorRollsBack: a 4xx after the handler wrote its rows (the
+// payment declined once the payment row and its event were written) rolls
+// them back, and the 4xx is stored and replayed; CommitClientError keeps
+// them; 408, 425 and 429 free the key like a 5xx.
+func TestClientErrorRollsBack(t *testing.T) {
+	t.Parallel()
+	pool := setup(t, nil)
+	app := &shop{after: func(w http.ResponseWriter, r *http.Request) bool {
+		code, _ := strconv.Atoi(r.Header.Get("X-Answer"))
+		if code == 0 {
+			return false
+		}
+		if r.Header.Get("X-Commit") != "" {
+			CommitClientError(r.Context())
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = fmt.Fprintf(w, `{"refused":%d}`, code)
+		return true
+	}}
+	srv, _ := newServer(t, pool, Config{}, app)
+	send := func(key string, headers ...string) response {
+		t.Helper()
+		req, err := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(`{"item":"book"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(HeaderKey, key)
+		req.Header.Set("X-Client", "acme")
+		for i := 0; i < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return response{res.StatusCode, res.Header, string(b)}
+	}
+
+	// 402 after the writes: rolled back, stored, replayed without running.
+	first := send("k402", "X-Answer", "402")
+	if first.code != http.StatusPaymentRequired || first.body != `{"refused":402}` {
+		t.Fatalf("402: %+v", first)
+	}
+	if n, s := work(t, pool), keyStatus(t, pool, "acme", "k402"); n != 0 || s != "completed" {
+		t.Fatalf("after a 402: %d orders, key %s; want 0 (rolled back) and completed (the answer stored)", n, s)
+	}
+	again := send("k402") // the handler would now succeed: it must not run
+	if again.code != http.StatusPaymentRequired || !again.replayed() || again.body != first.body || again.header.Get("Content-Type") != "application/json" {
+		t.Errorf("retry of the 402: %+v, want the stored 402", again)
+	}
+	if runs := app.runs.Load(); runs != 1 {
+		t.Errorf("handler ran %d times, want 1", runs)
+	}
+
+	// CommitClientError: the 409 commits its writes, and is stored.
+	if r := send("k409", "X-Answer", "409", "X-Commit", "1"); r.code != http.StatusConflict {
+		t.Fatalf("409 with CommitClientError: %+v", r)
+	}
+	if n, s := work(t, pool), keyStatus(t, pool, "acme", "k409"); n != 1 || s != "completed" {
+		t.Errorf("after a committed 409: %d orders, key %s; want 1 and completed", n, s)
+	}
+	if r := send("k409"); r.code != http.StatusConflict || !r.replayed() {
+		t.Errorf("retry of the committed 409: %+v, want the replay", r)
+	}
+
+	// 408, 425, 429: come back later, so nothing is stored.
+	for _, code := range []string{"408", "425", "429"} {
+		key := "k" + code
+		if r := send(key, "X-Answer", code); r.code != mustAtoi(code) || r.replayed() {
+			t.Fatalf("%s: %+v", code, r)
+		}
+		if s := keyStatus(t, pool, "acme", key); s != "absent" {
+			t.Errorf("after a %s: key %s, want absent (freed)", code, s)
+		}
+		if r := send(key); r.code != http.StatusCreated || r.replayed() {
+			t.Errorf("retry after a %s: %+v, want a fresh 201", code, r)
+		}
+	}
+	if n := work(t, pool); n != 4 {
+		t.Errorf("%d orders, want 4 (the committed 409 and three retries)", n)
+	}
+
+	// A 4xx before any write (bad JSON) is stored the same way.
+	bad := do(t, srv, "POST", "/orders", "k400", "acme", `{"nope":1}`)
+	badAgain := do(t, srv, "POST", "/orders", "k400", "acme", `{"nope":1}`)
+	if bad.code != http.StatusBadRequest || badAgain.code != http.StatusBadRequest || !badAgain.replayed() || badAgain.body != bad.body ||
+		badAgain.header.Get("Content-Type") != "text/plain; charset=utf-8" {
+		t.Errorf("400: first %+v, retry %+v; want the 400 stored and replayed", bad, badAgain)
+	}
+}
+
+func mustAtoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// TestOneScope: a ClientID that returns "" for every request (one scope
+// for all clients) works, and its requests get RequestKeys of their own.
+func TestOneScope(t *testing.T) {
+	t.Parallel()
+	pool := setup(t, nil)
+	app := &shop{}
+	srv, _ := newServer(t, pool, Config{ClientID: func(*http.Request) string { return "" }}, app)
+	first := do(t, srv, "POST", "/orders", "k1", "", `{"item":"book"}`)
+	again := do(t, srv, "POST", "/orders", "k1", "", `{"item":"book"}`)
+	other := do(t, srv, "POST", "/orders", "k2", "", `{"item":"book"}`)
+	if first.code != http.StatusCreated || !again.replayed() || other.code != http.StatusCreated || other.replayed() {
+		t.Fatalf("first %+v, again %+v, other key %+v", first, again, other)
+	}
+	if first.body == other.body || !strings.Contains(first.body, `"key":"`+deriveKey("", "k1")+`"`) {
+		t.Errorf("bodies %s and %s: want each key's own RequestKey", first.body, other.body)
+	}
+}
+
+// TestRequestKeyWithoutKey: under AllowMissingKey, each keyless request
+// gets a RequestKey of its own, the same for the whole request, so keys
+// derived from it never make two requests' provider calls look like one.
+func TestRequestKeyWithoutKey(t *testing.T) {
+	t.Parallel()
+	pool := setup(t, nil)
+	var mu sync.Mutex
+	var derived []string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k1, k2 := RequestKey(r.Context()), RequestKey(r.Context())
+		if k1 == "" || k1 != k2 {
+			http.Error(w, fmt.Sprintf("RequestKey %q then %q", k1, k2), http.StatusTeapot)
+			return
+		}
+		mu.Lock()
+		derived = append(derived, DeriveKey(k1, "charge"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv, _ := newServer(t, pool, Config{AllowMissingKey: true}, h)
+	for range 3 {
+		if r := do(t, srv, "POST", "/charges", "", "acme", `{"amount":1}`); r.code != http.StatusNoContent {
+			t.Fatalf("keyless request: %+v", r)
+		}
+	}
+	if r := do(t, srv, "POST", "/charges", "k1", "acme", `{"amount":1}`); r.code != http.StatusNoContent {
+		t.Fatalf("request with a key: %+v", r)
+	}
+	slices.Sort(derived)
+	if len(slices.Compact(slices.Clone(derived))) != 4 {
+		t.Errorf("derived keys %q: want 4 different ones", derived)
+	}
+	if !slices.Contains(derived, DeriveKey(DeriveKey("acme", "k1"), "charge")) { // the keyed request's
+		t.Errorf("derived keys %q lack the keyed request's stable one", derived)
 	}
 }
 
@@ -414,8 +567,8 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
 	app := &shop{}
-	srv, m := newServer(t, pool, Options{}, app)
-	ctx := testenv.Context(t)
+	srv, m := newServer(t, pool, Config{}, app)
+	ctx := pgtest.Context(t)
 
 	body := `{"item":"book"}`
 	req := httptest.NewRequest("POST", "/orders", nil)
@@ -464,7 +617,7 @@ func TestLiveOwnerPastLease(t *testing.T) {
 			<-release
 		}
 	}}
-	srv, _ := newServer(t, pool, Options{Lease: time.Second}, app)
+	srv, _ := newServer(t, pool, Config{Lease: time.Second}, app)
 
 	slow := make(chan response)
 	go func() {
@@ -508,11 +661,11 @@ func TestExpiredKeyIsNew(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
 	app := &shop{}
-	srv, _ := newServer(t, pool, Options{TTL: time.Hour}, app)
+	srv, _ := newServer(t, pool, Config{TTL: time.Hour}, app)
 	if r := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"book"}`); r.code != http.StatusCreated {
 		t.Fatal(r)
 	}
-	if _, err := pool.Exec(testenv.Context(t), `UPDATE idempotency_keys SET created_at = now() - interval '61 minutes'`); err != nil {
+	if _, err := pool.Exec(pgtest.Context(t), `UPDATE idempotency_keys SET created_at = now() - interval '61 minutes'`); err != nil {
 		t.Fatal(err)
 	}
 	if r := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"lamp"}`); r.code != http.StatusCreated || r.replayed() {
@@ -532,7 +685,7 @@ func TestStoredHeadersOption(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte("queued"))
 	})
-	srv, _ := newServer(t, pool, Options{StoredHeaders: []string{"x-order-version"}}, h)
+	srv, _ := newServer(t, pool, Config{StoredHeaders: []string{"x-order-version"}}, h)
 	first := do(t, srv, "POST", "/orders", "k1", "acme", "")
 	again := do(t, srv, "POST", "/orders", "k1", "acme", "")
 	if first.header.Get("Location") == "" || again.code != http.StatusAccepted || again.body != "queued" ||
@@ -558,7 +711,7 @@ func TestTxIsManaged(t *testing.T) {
 		})
 		w.WriteHeader(http.StatusNoContent)
 	})
-	srv, _ := newServer(t, pool, Options{}, h)
+	srv, _ := newServer(t, pool, Config{}, h)
 	if r := do(t, srv, "DELETE", "/orders/1", "k1", "acme", ""); r.code != http.StatusNoContent {
 		t.Fatal(r)
 	}
@@ -578,7 +731,7 @@ func TestSimpleProtocol(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
 	app := &shop{}
-	srv, m := newServer(t, pool, Options{}, app)
+	srv, m := newServer(t, pool, Config{}, app)
 	first := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"book"}`)
 	again := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"book"}`)
 	other := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"lamp"}`)
@@ -588,7 +741,7 @@ func TestSimpleProtocol(t *testing.T) {
 	}
 	// takeover and release
 	dead := &claim{client: "acme", key: "k2", hash: requestHash(httptest.NewRequest("POST", "/orders", nil), []byte(`{"item":"x"}`))}
-	ctx := testenv.Context(t)
+	ctx := pgtest.Context(t)
 	if res, err := m.store.claim(ctx, dead); err != nil || res.outcome != claimed {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
@@ -606,7 +759,7 @@ func TestSimpleProtocol(t *testing.T) {
 func TestCleanup(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
-	ctx := testenv.Context(t)
+	ctx := pgtest.Context(t)
 	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (client_id, key, request_hash, status, claim_token, locked_until, response_code, created_at)
 		SELECT 'acme', 'old-' || i, '\x00'::bytea, 'completed', gen_random_uuid(), NULL::timestamptz, 201, now() - interval '25 hours' - i * interval '1 minute'
 		FROM generate_series(1, 5) i
@@ -635,22 +788,43 @@ func TestCleanup(t *testing.T) {
 		count(t, pool, `SELECT count(*) FROM idempotency_keys`) != 3 {
 		t.Errorf("%d fresh keys left, want all 3 and nothing else", left)
 	}
-	if _, err := Cleanup(ctx, pool, 0, 10); !errors.Is(err, ErrOptions) {
-		t.Errorf("Cleanup(olderThan 0) = %v, want ErrOptions", err)
+	for _, bad := range []struct {
+		older time.Duration
+		batch int
+		want  string
+	}{{0, 10, "olderThan"}, {time.Hour, -1, "batchSize"}} {
+		if _, err := Cleanup(ctx, pool, bad.older, bad.batch); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Cleanup(%v, %d) = %v, want an error about %s", bad.older, bad.batch, err, bad.want)
+		}
 	}
 }
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	pool := setup(t, nil)
-	for _, o := range []Options{
-		{},
-		{ClientID: clientHeader, Lease: time.Millisecond},
-		{ClientID: clientHeader, Lease: time.Hour, TTL: time.Minute},
-		{ClientID: clientHeader, MaxBodyBytes: -1},
+	for _, tc := range []struct {
+		cfg    Config
+		fields string
+	}{
+		{Config{}, "DB,ClientID"},
+		{Config{DB: (*pgxpool.Pool)(nil), ClientID: clientHeader}, "DB"},
+		{Config{DB: pool, ClientID: clientHeader, Lease: time.Millisecond}, "Lease"},
+		{Config{DB: pool, ClientID: clientHeader, Lease: time.Hour, TTL: time.Minute}, "TTL"},
+		{Config{DB: pool, ClientID: clientHeader, MaxBodyBytes: -1}, "MaxBodyBytes"},
+		{Config{ClientID: clientHeader, Lease: -time.Second, MaxBodyBytes: -1}, "DB,Lease,MaxBodyBytes"},
 	} {
-		if _, err := New(pool, o); !errors.Is(err, ErrOptions) {
-			t.Errorf("New(%+v) = %v, want ErrOptions", o, err)
+		_, err := New(tc.cfg)
+		var fields []string
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				var ce *ConfigError
+				if errors.As(e, &ce) {
+					fields = append(fields, ce.Field)
+				}
+			}
+		}
+		if strings.Join(fields, ",") != tc.fields {
+			t.Errorf("New(%+v) = %v; want *ConfigErrors for %s", tc.cfg, err, tc.fields)
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Every statement names the table unqualified: it is found by search_path,
@@ -67,7 +66,7 @@ WHERE client_id = $1 AND key = $2 AND claim_token = $3 AND status = 'running'`
 
 	sqlCleanup = `DELETE FROM idempotency_keys WHERE (client_id, key) IN (
     SELECT client_id, key FROM idempotency_keys
-    WHERE created_at < now() - $1 * interval '1 microsecond'
+    WHERE created_at < $1
     ORDER BY created_at LIMIT $2
     FOR UPDATE SKIP LOCKED)`
 )
@@ -102,7 +101,7 @@ type claimResult struct {
 }
 
 type store struct {
-	pool       *pgxpool.Pool
+	db         DB
 	lease, ttl time.Duration
 }
 
@@ -114,7 +113,7 @@ func (s *store) claim(ctx context.Context, c *claim) (claimResult, error) {
 	c.token = newToken()
 	lease, ttl := s.lease.Microseconds(), s.ttl.Microseconds()
 	for attempt := 0; attempt < 3; attempt++ {
-		tag, err := s.pool.Exec(ctx, sqlInsertClaim, c.client, c.key, c.hash, c.token, lease)
+		tag, err := s.db.Exec(ctx, sqlInsertClaim, c.client, c.key, c.hash, c.token, lease)
 		if err != nil {
 			return claimResult{}, fmt.Errorf("idempotency: claim key: %w", err)
 		}
@@ -132,7 +131,7 @@ func (s *store) claim(ctx context.Context, c *claim) (claimResult, error) {
 			headers         []byte
 			body            []byte
 		)
-		err = s.pool.QueryRow(ctx, sqlReadKey, c.client, c.key, ttl).Scan(
+		err = s.db.QueryRow(ctx, sqlReadKey, c.client, c.key, ttl).Scan(
 			&hash, &status, &token, &expired, &leased, &retryAfter, &code, &headers, &body)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // released since the insert: try again
@@ -155,7 +154,7 @@ func (s *store) claim(ctx context.Context, c *claim) (claimResult, error) {
 		case leased:
 			return claimResult{outcome: inProgress, retryAfter: retryAfter}, nil
 		}
-		tag, err = s.pool.Exec(ctx, sqlTakeover, c.client, c.key, c.hash, c.token, lease, token, ttl)
+		tag, err = s.db.Exec(ctx, sqlTakeover, c.client, c.key, c.hash, c.token, lease, token, ttl)
 		if err != nil {
 			return claimResult{}, fmt.Errorf("idempotency: take over key: %w", err)
 		}
@@ -187,51 +186,67 @@ func lock(ctx context.Context, tx pgx.Tx, c *claim) (bool, error) {
 	return true, nil
 }
 
-// complete stores the response on c's row, in the handler's transaction.
-func complete(ctx context.Context, tx pgx.Tx, c *claim, resp stored) error {
+// execer is what complete runs on: the handler's transaction, or the DB
+// itself once that transaction rolled back.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// complete stores the response on c's row: in the handler's transaction,
+// which holds the row lock, or on its own after that transaction rolled
+// back (a 4xx). It reports false when the claim is no longer ours.
+func complete(ctx context.Context, db execer, c *claim, resp stored) (bool, error) {
 	headers, err := json.Marshal(resp.headers) // a string, not a map: every query mode encodes it
 	if err != nil {
-		return fmt.Errorf("idempotency: store response headers: %w", err)
+		return false, fmt.Errorf("idempotency: store response headers: %w", err)
 	}
-	tag, err := tx.Exec(ctx, sqlComplete, c.client, c.key, c.token, resp.code, string(headers), resp.body)
+	tag, err := db.Exec(ctx, sqlComplete, c.client, c.key, c.token, resp.code, string(headers), resp.body)
 	if err != nil {
-		return fmt.Errorf("idempotency: store response: %w", err)
+		return false, fmt.Errorf("idempotency: store response: %w", err)
 	}
-	if tag.RowsAffected() != 1 {
-		// Impossible while tx holds the row lock; refuse to commit anyway.
-		return fmt.Errorf("idempotency: store response: claim on key %q lost", c.key)
-	}
-	return nil
+	return tag.RowsAffected() == 1, nil
 }
 
 // release deletes c's unfinished claim so a retry can run at once rather
 // than wait for the lease.
 func (s *store) release(ctx context.Context, c *claim) error {
-	if _, err := s.pool.Exec(ctx, sqlRelease, c.client, c.key, c.token); err != nil {
+	if _, err := s.db.Exec(ctx, sqlRelease, c.client, c.key, c.token); err != nil {
 		return fmt.Errorf("idempotency: release key: %w", err)
 	}
 	return nil
 }
 
-// Cleanup deletes keys claimed more than olderThan ago (pass Options.TTL)
-// from idempotency_keys, batchSize rows per statement (1000 when not
-// positive) so no statement holds many locks or runs long, and returns how
-// many it deleted. Run it periodically, e.g. hourly; it uses the created_at
-// index of sql/idempotency.sql. Rows locked by a request still running are
-// skipped. The middleware already treats expired keys as absent, so
-// Cleanup only reclaims space.
-func Cleanup(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, batchSize int) (int64, error) {
-	if olderThan <= 0 {
-		return 0, fmt.Errorf("%w: Cleanup olderThan is %v; it must be positive (the key TTL)", ErrOptions, olderThan)
+// DefaultCleanupBatchSize is Cleanup's batch size when it is given 0.
+const DefaultCleanupBatchSize = 1000
+
+// Cleanup deletes the keys claimed more than olderThan ago (pass
+// Config.TTL; by the database clock, from one cutoff taken when it starts)
+// from idempotency_keys, at most batchSize rows per statement (0 means
+// DefaultCleanupBatchSize) so that no statement holds many locks or runs
+// long, and returns how many it deleted. Run it periodically, e.g. hourly;
+// it uses the created_at index of sql/idempotency.sql. Rows locked by a
+// request still running are skipped. The middleware already treats expired
+// keys as absent, so Cleanup only reclaims space.
+func Cleanup(ctx context.Context, db DB, olderThan time.Duration, batchSize int) (int64, error) {
+	switch {
+	case db == nil:
+		return 0, errors.New("idempotency: Cleanup: nil DB")
+	case olderThan <= 0:
+		return 0, fmt.Errorf("idempotency: Cleanup: olderThan %v is not positive", olderThan)
+	case batchSize < 0:
+		return 0, fmt.Errorf("idempotency: Cleanup: batchSize %d is negative", batchSize)
+	case batchSize == 0:
+		batchSize = DefaultCleanupBatchSize
 	}
-	if batchSize <= 0 {
-		batchSize = 1000
+	var cutoff time.Time
+	if err := db.QueryRow(ctx, `SELECT now() - $1::bigint * interval '1 microsecond'`, olderThan.Microseconds()).Scan(&cutoff); err != nil {
+		return 0, fmt.Errorf("idempotency: Cleanup: %w", err)
 	}
 	var total int64
 	for {
-		tag, err := pool.Exec(ctx, sqlCleanup, olderThan.Microseconds(), batchSize)
+		tag, err := db.Exec(ctx, sqlCleanup, cutoff, batchSize)
 		if err != nil {
-			return total, fmt.Errorf("idempotency: cleanup: %w", err)
+			return total, fmt.Errorf("idempotency: Cleanup: %w", err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batchSize) {

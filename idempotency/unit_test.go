@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -25,7 +26,7 @@ func TestDeriveKey(t *testing.T) {
 	seen := map[string]string{}
 	for _, in := range [][2]string{
 		{"order-7", "charge"}, {"order-7", "refund"}, {"order-8", "charge"},
-		{"order-7charge", ""}, {"order-7", "charge\x00"}, {"", ""},
+		{"order-7charge", ""}, {"order-7", "charge\x00"}, {"\x00", ""},
 	} {
 		k := DeriveKey(in[0], in[1])
 		if !uuidRE.MatchString(k) {
@@ -110,9 +111,12 @@ func TestRecorder(t *testing.T) {
 	}
 }
 
-func TestNewOptions(t *testing.T) {
+func TestDeriveKeyRefusesEmptyParent(t *testing.T) {
 	t.Parallel()
-	if _, err := New(nil, Options{ClientID: func(*http.Request) string { return "" }}); err == nil {
-		t.Error("New accepted a nil pool")
-	}
+	defer func() {
+		if recover() == nil {
+			t.Error(`DeriveKey("", "charge") did not panic: every caller would share one key`)
+		}
+	}()
+	DeriveKey(RequestKey(context.Background()), "charge") // outside a request: ""
 }

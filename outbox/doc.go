@@ -6,17 +6,20 @@
 // back with that write, so an event exists if and only if the change it
 // describes exists: no dual write, no event for a rolled-back change, no
 // change without its event. The returned id is the event id consumers dedupe
-// by (the Kafka header "id").
+// by (the Kafka header "id"), as text, whatever the id column's type.
 //
 // It owns the shape of an outbox row: which columns get which Event field
 // (Config, whose defaults match sql/publication.sql and the streamer's flag
 // defaults), and the checks that keep a row publishable. An event the
-// streamer would have to treat as a bad event (an empty aggregate type,
-// aggregate id or event type, a payload that is not JSON, a header that
-// collides with the streamer's own "id", "event_type" or "aggregate_type"
-// headers or is larger than the streamer's 64 KiB header limit) is rejected
-// here, before the insert, with an error wrapping ErrInvalidEvent, rather
-// than stopping the stream later.
+// streamer would have to treat as a bad event is rejected here, before the
+// insert, with an error wrapping ErrInvalidEvent, rather than stopping the
+// stream later: an empty aggregate type, aggregate id or event type; an
+// aggregate type that makes a topic Kafka refuses ("payments/eu", "payment
+// refund", non-ASCII, too long; the rules are package topic's, which the
+// streamer applies too); a payload that is not JSON; a header that
+// collides with the streamer's own "id", "event_type", "aggregate_type" or
+// "source" headers or is larger than its 64 KiB header limit. Validate
+// runs the same checks without a database.
 //
 // It also carries a W3C traceparent from a request into the event headers
 // (ContextWithTraceparent, WithTraceparent) without depending on
@@ -27,4 +30,8 @@
 // transaction is the whole point, and the package only adds statements to
 // it. It must never talk to Kafka or to the replication stream either; the
 // streamer does that from the WAL.
+//
+// The package is a module of its own, github.com/cdc-outbox/cdc-outbox/outbox,
+// which depends on pgx and nothing else: a service that writes events does
+// not get the streamer's or the consumer's dependencies.
 package outbox

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -36,7 +37,7 @@ func ExampleWrite() {
 			Payload:       payload,
 			Headers:       outbox.WithTraceparent(ctx, nil),
 		})
-		fmt.Println("event id", id) // the "id" header consumers dedupe by
+		fmt.Println("event id", id) // the "id" header consumers dedupe by, e.g. "17"
 		return err
 	})
 	if err != nil {
@@ -77,6 +78,45 @@ func ExampleWriter_WriteSQL() {
 	}
 }
 
+// An event the streamer could not publish is refused before anything is
+// written: its aggregate type would make a topic Kafka does not accept.
+// Write runs the same checks; Validate needs no database.
+func ExampleValidate() {
+	e := outbox.Event{
+		AggregateType: "payments/eu",
+		AggregateID:   "pay-42",
+		EventType:     "PaymentCreated",
+		Payload:       json.RawMessage(`{"amount": 1200}`),
+	}
+	err := outbox.Validate(e)
+	fmt.Println(errors.Is(err, outbox.ErrInvalidEvent))
+	fmt.Println(err)
+
+	e.AggregateType = "payment.eu"
+	fmt.Println(outbox.Validate(e))
+	// Output:
+	// true
+	// outbox: invalid event: topic "outbox.event.payments/eu" contains '/'; Kafka topic names allow only a-z, A-Z, 0-9, '.', '_' and '-'
+	// <nil>
+}
+
+// New checks the whole Config at once; each problem is a *ConfigError.
+func ExampleNew() {
+	_, err := outbox.New(outbox.Config{
+		Table: "app.events.v2",
+		Topic: "{tenant}.{aggregate_type}",
+	})
+	fmt.Println(err)
+	var ce *outbox.ConfigError
+	if errors.As(err, &ce) {
+		fmt.Println("first problem:", ce.Field)
+	}
+	// Output:
+	// outbox: Config.Table: "app.events.v2" has more than one dot; give schema.table or table
+	// outbox: Config.Topic: placeholder {tenant} is none of the columns Write sets (aggregate_type, aggregate_id, event_type)
+	// first problem: Table
+}
+
 // Middleware puts the request's traceparent into the context; the event
 // then carries it to the consumer.
 func ExampleWithTraceparent() {
@@ -90,7 +130,6 @@ func ExampleWithTraceparent() {
 
 	ctx := outbox.ContextWithTraceparent(context.Background(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	fmt.Println(outbox.WithTraceparent(ctx, map[string]string{"tenant": "acme"}))
-
 	// A malformed traceparent is ignored, not stored.
 	ctx = outbox.ContextWithTraceparent(context.Background(), "00-XYZ")
 	fmt.Println(outbox.WithTraceparent(ctx, nil) == nil)

@@ -7,13 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 	"github.com/cdc-outbox/cdc-outbox/outbox"
+	"github.com/cdc-outbox/cdc-outbox/outbox/internal/pgtest"
+	"github.com/cdc-outbox/cdc-outbox/outbox/topic"
 )
 
 const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -22,13 +24,13 @@ const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 // sql/publication.sql and a business table, payments.
 func setup(t *testing.T) string {
 	t.Helper()
-	url := testenv.Database(t)
+	url := pgtest.Database(t)
 	ddl, err := os.ReadFile("../sql/publication.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Exec(t, url, string(ddl))
-	testenv.Exec(t, url, `CREATE TABLE payments (id text PRIMARY KEY, amount int NOT NULL)`)
+	pgtest.Exec(t, url, string(ddl))
+	pgtest.Exec(t, url, `CREATE TABLE payments (id text PRIMARY KEY, amount int NOT NULL)`)
 	return url
 }
 
@@ -56,11 +58,11 @@ type row struct {
 	headers                            *string
 }
 
-func readRow(t *testing.T, conn *pgx.Conn, id int64) (row, bool) {
+func readRow(t *testing.T, conn *pgx.Conn, id string) (row, bool) {
 	t.Helper()
 	var r row
-	err := conn.QueryRow(testenv.Context(t), `SELECT aggregate_type, aggregate_id, event_type, payload::text, headers::text
-		FROM outbox WHERE id = $1`, id).Scan(&r.aggType, &r.aggID, &r.eventType, &r.payload, &r.headers)
+	err := conn.QueryRow(pgtest.Context(t), `SELECT aggregate_type, aggregate_id, event_type, payload::text, headers::text
+		FROM outbox WHERE id::text = $1`, id).Scan(&r.aggType, &r.aggID, &r.eventType, &r.payload, &r.headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, false
 	}
@@ -73,7 +75,7 @@ func readRow(t *testing.T, conn *pgx.Conn, id int64) (row, bool) {
 func count(t *testing.T, conn *pgx.Conn, query string) int {
 	t.Helper()
 	var n int
-	if err := conn.QueryRow(testenv.Context(t), query).Scan(&n); err != nil {
+	if err := conn.QueryRow(pgtest.Context(t), query).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -84,8 +86,8 @@ func count(t *testing.T, conn *pgx.Conn, query string) int {
 func TestWritePgx(t *testing.T) {
 	t.Parallel()
 	url := setup(t)
-	ctx := testenv.Context(t)
-	conn := testenv.Connect(t, url)
+	ctx := pgtest.Context(t)
+	conn := pgtest.Connect(t, url)
 
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -104,8 +106,8 @@ func TestWritePgx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id <= 0 || id2 <= id {
-		t.Fatalf("event ids %d, %d: want positive and increasing", id, id2)
+	if id != "1" || id2 != "2" {
+		t.Fatalf("event ids %q, %q: want the bigserial's 1 and 2, as text", id, id2)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -113,7 +115,7 @@ func TestWritePgx(t *testing.T) {
 
 	r, ok := readRow(t, conn, id)
 	if !ok {
-		t.Fatalf("event %d not in the table after commit", id)
+		t.Fatalf("event %s not in the table after commit", id)
 	}
 	if r.aggType != "payment" || r.aggID != "pay-42" || r.eventType != "PaymentCreated" ||
 		r.payload != `{"amount": 1200, "currency": "EUR"}` || r.headers == nil ||
@@ -135,7 +137,7 @@ func deref(s *string) string {
 func TestWriteSQL(t *testing.T) {
 	t.Parallel()
 	url := setup(t)
-	ctx := testenv.Context(t)
+	ctx := pgtest.Context(t)
 	db := openSQL(t, url)
 
 	tx, err := db.BeginTx(ctx, nil)
@@ -154,9 +156,9 @@ func TestWriteSQL(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	r, ok := readRow(t, testenv.Connect(t, url), id)
+	r, ok := readRow(t, pgtest.Connect(t, url), id)
 	if !ok || r.aggID != "pay-7" || r.payload != `{"amount": 1200, "currency": "EUR"}` || deref(r.headers) != `{"traceparent": "`+tp+`"}` {
-		t.Errorf("row %d = %+v (found %v, headers %s)", id, r, ok, deref(r.headers))
+		t.Errorf("row %s = %+v (found %v, headers %s)", id, r, ok, deref(r.headers))
 	}
 }
 
@@ -164,8 +166,8 @@ func TestWriteSQL(t *testing.T) {
 func TestRollbackLeavesNoRow(t *testing.T) {
 	t.Parallel()
 	url := setup(t)
-	ctx := testenv.Context(t)
-	conn := testenv.Connect(t, url)
+	ctx := pgtest.Context(t)
+	conn := pgtest.Connect(t, url)
 	db := openSQL(t, url)
 
 	tx, err := conn.Begin(ctx)
@@ -194,9 +196,9 @@ func TestRollbackLeavesNoRow(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, id := range []int64{idPgx, idSQL} {
+	for _, id := range []string{idPgx, idSQL} {
 		if _, ok := readRow(t, conn, id); ok {
-			t.Errorf("event %d exists after its transaction rolled back", id)
+			t.Errorf("event %s exists after its transaction rolled back", id)
 		}
 	}
 	if n := count(t, conn, `SELECT (SELECT count(*) FROM outbox) + (SELECT count(*) FROM payments)`); n != 0 {
@@ -210,10 +212,10 @@ func TestRollbackLeavesNoRow(t *testing.T) {
 func TestDeleteAfterInsert(t *testing.T) {
 	t.Parallel()
 	url := setup(t)
-	ctx := testenv.Context(t)
-	conn := testenv.Connect(t, url)
+	ctx := pgtest.Context(t)
+	conn := pgtest.Connect(t, url)
 	db := openSQL(t, url)
-	slot := testenv.Name("outbox")
+	slot := pgtest.Name("outbox")
 	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
 		t.Fatal(err)
 	}
@@ -244,8 +246,8 @@ func TestDeleteAfterInsert(t *testing.T) {
 	if err := stx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if id1 <= 0 || id2 <= id1 {
-		t.Errorf("event ids %d, %d: want the inserted rows' ids", id1, id2)
+	if id1 != "1" || id2 != "2" {
+		t.Errorf("event ids %q, %q: want the inserted rows' ids, 1 and 2", id1, id2)
 	}
 	if n := count(t, conn, `SELECT count(*) FROM outbox`); n != 0 {
 		t.Errorf("outbox has %d rows after delete-after-insert, want 0", n)
@@ -282,8 +284,8 @@ func TestDeleteAfterInsert(t *testing.T) {
 func TestInvalidEventRejected(t *testing.T) {
 	t.Parallel()
 	url := setup(t)
-	ctx := testenv.Context(t)
-	conn := testenv.Connect(t, url)
+	ctx := pgtest.Context(t)
+	conn := pgtest.Connect(t, url)
 	db := openSQL(t, url)
 
 	tx, err := conn.Begin(ctx)
@@ -299,6 +301,12 @@ func TestInvalidEventRejected(t *testing.T) {
 	noType.EventType = ""
 	if _, err := outbox.Write(ctx, tx, noType); !errors.Is(err, outbox.ErrInvalidEvent) {
 		t.Errorf("pgx: empty event type: err = %v, want ErrInvalidEvent", err)
+	}
+	badTopic := paymentEvent("pay-x")
+	badTopic.AggregateType = "payments/eu"
+	var te *topic.Error
+	if _, err := outbox.Write(ctx, tx, badTopic); !errors.Is(err, outbox.ErrInvalidEvent) || !errors.As(err, &te) {
+		t.Errorf("pgx: aggregate type with a slash: err = %v, want ErrInvalidEvent and a *topic.Error", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO payments VALUES ('pay-x', 1)`); err != nil {
 		t.Fatalf("transaction unusable after a rejected event: %v", err)
@@ -328,9 +336,9 @@ func TestInvalidEventRejected(t *testing.T) {
 // behind PgBouncer).
 func TestCustomNames(t *testing.T) {
 	t.Parallel()
-	url := testenv.Database(t)
-	ctx := testenv.Context(t)
-	testenv.Exec(t, url, `CREATE SCHEMA "Billing Ops";
+	url := pgtest.Database(t)
+	ctx := pgtest.Context(t)
+	pgtest.Exec(t, url, `CREATE SCHEMA "Billing Ops";
 		CREATE TABLE "Billing Ops"."Event ""Log""" (
 			"event id" bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 			"Type" text NOT NULL, "Key" text NOT NULL, "kind" text NOT NULL,
@@ -343,6 +351,7 @@ func TestCustomNames(t *testing.T) {
 		EventTypeColumn:     "kind",
 		PayloadColumn:       "body",
 		HeadersColumn:       "meta",
+		Topic:               "outbox.event.{Type}",
 	}
 	w, err := outbox.New(cfg)
 	if err != nil {
@@ -355,13 +364,13 @@ func TestCustomNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "body" is NOT NULL, so the text writer needs a default there.
-	testenv.Exec(t, url, `ALTER TABLE "Billing Ops"."Event ""Log""" ALTER "body" SET DEFAULT 'null'`)
+	pgtest.Exec(t, url, `ALTER TABLE "Billing Ops"."Event ""Log""" ALTER "body" SET DEFAULT 'null'`)
 
 	payload := json.RawMessage(`{"b": 2,   "a": [1, 2]}`)
 	e := outbox.Event{AggregateType: "order", AggregateID: "o-1", EventType: "OrderPlaced", Payload: payload,
 		Headers: map[string]string{"x": "y"}}
 
-	conn := testenv.Connect(t, url)
+	conn := pgtest.Connect(t, url)
 	cfgSimple, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +430,89 @@ func TestCustomNames(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n != 5 || sqlID != 5 {
-		t.Errorf("%d rows, database/sql event id %d; want 5 rows, the last (id 5) from database/sql", n, sqlID)
+	if n != 5 || sqlID != "5" {
+		t.Errorf("%d rows, database/sql event id %q; want 5 rows, the last (id 5) from database/sql", n, sqlID)
+	}
+}
+
+// Write returns the id as the streamer's "id" header carries it, for a uuid
+// id column as for a bigserial one: through pgx, pgx in the simple protocol
+// (PgBouncer) and database/sql, with and without DeleteAfterInsert (whose
+// DELETE finds the row by that text).
+func TestUUIDIDs(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	ctx := pgtest.Context(t)
+	pgtest.Exec(t, url, `CREATE TABLE uuid_outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+		aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
+		payload jsonb NOT NULL, headers jsonb)`)
+	keep, err := outbox.New(outbox.Config{Table: "uuid_outbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, err := outbox.New(outbox.Config{Table: "uuid_outbox", DeleteAfterInsert: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, url)
+	cfgSimple, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgSimple.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	simple, err := pgx.ConnectConfig(ctx, cfgSimple)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer simple.Close(context.Background())
+	db := openSQL(t, url)
+
+	uuidText := func(id string) bool {
+		var parsed string
+		err := conn.QueryRow(ctx, `SELECT $1::uuid::text`, id).Scan(&parsed)
+		return err == nil && parsed == id
+	}
+	var kept []string
+	for _, w := range []*outbox.Writer{keep, del} {
+		for _, c := range []*pgx.Conn{conn, simple} {
+			var id string
+			err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				var err error
+				id, err = w.Write(ctx, tx, paymentEvent("pay-u"))
+				return err
+			})
+			if err != nil || !uuidText(id) {
+				t.Fatalf("pgx write: id %q, %v; want a UUID's text", id, err)
+			}
+			if w == keep {
+				kept = append(kept, id)
+			}
+		}
+		stx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := w.WriteSQL(ctx, stx, paymentEvent("pay-u"))
+		if err != nil || !uuidText(id) {
+			t.Fatalf("database/sql write: id %q, %v; want a UUID's text", id, err)
+		}
+		if err := stx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if w == keep {
+			kept = append(kept, id)
+		}
+	}
+	var left []string
+	rows, err := conn.Query(ctx, `SELECT id::text FROM uuid_outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(kept)
+	if !slices.Equal(left, kept) {
+		t.Errorf("rows left %q, want exactly the 3 written without DeleteAfterInsert %q", left, kept)
 	}
 }

@@ -2,9 +2,14 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-outbox/cdc-outbox/outbox/topic"
 )
 
 func TestValidateTraceparent(t *testing.T) {
@@ -77,7 +82,7 @@ func TestWithTraceparent(t *testing.T) {
 func TestEventValidation(t *testing.T) {
 	t.Parallel()
 	ok := Event{AggregateType: "payment", AggregateID: "pay-1", EventType: "PaymentCreated", Payload: []byte(`{"a":1}`)}
-	if _, err := eventArgs(ok); err != nil {
+	if err := Validate(ok); err != nil {
 		t.Fatalf("valid event rejected: %v", err)
 	}
 	for name, tc := range map[string]struct {
@@ -85,22 +90,23 @@ func TestEventValidation(t *testing.T) {
 		want error
 		text string
 	}{
-		"empty aggregate type": {func(e *Event) { e.AggregateType = "" }, ErrInvalidEvent, "AggregateType is empty"},
-		"empty aggregate id":   {func(e *Event) { e.AggregateID = "" }, ErrInvalidEvent, "AggregateID is empty"},
-		"empty event type":     {func(e *Event) { e.EventType = "" }, ErrInvalidEvent, "EventType is empty"},
-		"NUL in aggregate id":  {func(e *Event) { e.AggregateID = "a\x00b" }, ErrInvalidEvent, "NUL"},
-		"bad UTF-8":            {func(e *Event) { e.EventType = "\xff" }, ErrInvalidEvent, "UTF-8"},
-		"nil payload":          {func(e *Event) { e.Payload = nil }, ErrInvalidPayload, "not valid JSON"},
-		"truncated payload":    {func(e *Event) { e.Payload = []byte(`{"a":`) }, ErrInvalidPayload, `"{\"a\":"`},
-		"reserved header id":   {func(e *Event) { e.Headers = map[string]string{"id": "7"} }, ErrInvalidEvent, `"id" is set by the streamer`},
-		"empty header key":     {func(e *Event) { e.Headers = map[string]string{"": "x"} }, ErrInvalidEvent, "empty key"},
-		"NUL in header":        {func(e *Event) { e.Headers = map[string]string{"k": "\x00"} }, ErrInvalidEvent, "NUL"},
-		"huge header":          {func(e *Event) { e.Headers = map[string]string{"k": strings.Repeat("x", MaxHeaderBytes+1)} }, ErrInvalidEvent, "header limit"},
-		"huge event type":      {func(e *Event) { e.EventType = strings.Repeat("x", MaxHeaderBytes+1) }, ErrInvalidEvent, "header limit"},
+		"empty aggregate type":   {func(e *Event) { e.AggregateType = "" }, ErrInvalidEvent, "AggregateType is empty"},
+		"empty aggregate id":     {func(e *Event) { e.AggregateID = "" }, ErrInvalidEvent, "AggregateID is empty"},
+		"empty event type":       {func(e *Event) { e.EventType = "" }, ErrInvalidEvent, "EventType is empty"},
+		"NUL in aggregate id":    {func(e *Event) { e.AggregateID = "a\x00b" }, ErrInvalidEvent, "NUL"},
+		"bad UTF-8":              {func(e *Event) { e.EventType = "\xff" }, ErrInvalidEvent, "UTF-8"},
+		"nil payload":            {func(e *Event) { e.Payload = nil }, ErrInvalidPayload, "not valid JSON"},
+		"truncated payload":      {func(e *Event) { e.Payload = []byte(`{"a":`) }, ErrInvalidPayload, `"{\"a\":"`},
+		"reserved header id":     {func(e *Event) { e.Headers = map[string]string{"id": "7"} }, ErrInvalidEvent, `"id" is reserved`},
+		"reserved header source": {func(e *Event) { e.Headers = map[string]string{"source": "x"} }, ErrInvalidEvent, `"source" is reserved`},
+		"empty header key":       {func(e *Event) { e.Headers = map[string]string{"": "x"} }, ErrInvalidEvent, "empty key"},
+		"NUL in header":          {func(e *Event) { e.Headers = map[string]string{"k": "\x00"} }, ErrInvalidEvent, "NUL"},
+		"huge header":            {func(e *Event) { e.Headers = map[string]string{"k": strings.Repeat("x", MaxHeaderBytes+1)} }, ErrInvalidEvent, "header limit"},
+		"huge event type":        {func(e *Event) { e.EventType = strings.Repeat("x", MaxHeaderBytes+1) }, ErrInvalidEvent, "header limit"},
 	} {
 		e := ok
 		tc.mod(&e)
-		_, err := eventArgs(e)
+		err := Validate(e)
 		if !errors.Is(err, tc.want) || !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s: err = %v; want %v containing %q", name, err, tc.want, tc.text)
 		}
@@ -113,7 +119,7 @@ func TestNewConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `INSERT INTO "public"."outbox" ("aggregate_type", "aggregate_id", "event_type", "payload", "headers") VALUES ($1, $2, $3, $4, $5) RETURNING "id"`
+	want := `INSERT INTO "public"."outbox" ("aggregate_type", "aggregate_id", "event_type", "payload", "headers") VALUES ($1, $2, $3, $4, $5) RETURNING "id"::text`
 	if w.insert != want || w.delete != "" {
 		t.Errorf("default insert:\n got %s\nwant %s (delete %q)", w.insert, want, w.delete)
 	}
@@ -121,25 +127,110 @@ func TestNewConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(w.insert, `INSERT INTO "we""ird" (`) || !strings.HasSuffix(w.insert, `RETURNING "event id"`) ||
+	if !strings.HasPrefix(w.insert, `INSERT INTO "we""ird" (`) || !strings.HasSuffix(w.insert, `RETURNING "event id"::text`) ||
 		w.delete != `DELETE FROM "we""ird" WHERE "event id" = $1` {
 		t.Errorf("quoted names: insert %s, delete %s", w.insert, w.delete)
 	}
-	for _, cfg := range []Config{
-		{Table: "a.b.c"},
-		{Table: "a."},
-		{PayloadColumn: "x", HeadersColumn: "x"},
-		{PayloadColumn: "id"},
-		{EventTypeColumn: "\xff"},
+	for _, tc := range []struct {
+		cfg    Config
+		fields []string // every field named, in order
+	}{
+		{Config{Table: "a.b.c"}, []string{"Table"}},
+		{Config{Table: "a."}, []string{"Table"}},
+		{Config{PayloadColumn: "x", HeadersColumn: "x"}, []string{"HeadersColumn"}},
+		{Config{PayloadColumn: "id"}, []string{"PayloadColumn"}},
+		{Config{EventTypeColumn: "\xff"}, []string{"EventTypeColumn"}},
+		{Config{Topic: "outbox.{aggregate_type"}, []string{"Topic"}},
+		{Config{Topic: "{tenant}.{aggregate_type}"}, []string{"Topic"}},
+		// Everything at once: every problem is reported.
+		{Config{Table: "a.b.c", PayloadColumn: "id", Topic: "{id}"}, []string{"PayloadColumn", "Table", "Topic"}},
 	} {
-		if _, err := New(cfg); err == nil {
-			t.Errorf("New(%+v) accepted a bad config", cfg)
+		_, err := New(tc.cfg)
+		var got []string
+		for _, e := range unjoin(err) {
+			var ce *ConfigError
+			if !errors.As(e, &ce) {
+				t.Errorf("New(%+v): %v is not a *ConfigError", tc.cfg, e)
+				continue
+			}
+			got = append(got, ce.Field)
+		}
+		if strings.Join(got, ",") != strings.Join(tc.fields, ",") {
+			t.Errorf("New(%+v) = %v; want problems with %v", tc.cfg, err, tc.fields)
 		}
 	}
+	// A template over the columns Write knows, under their configured names.
+	if _, err := New(Config{AggregateTypeColumn: "kind", Topic: "{kind}.{aggregate_id}.{event_type}"}); err != nil {
+		t.Errorf("template over the event's columns: %v", err)
+	}
+
 	if _, err := Write(context.Background(), nil, Event{}); !errors.Is(err, ErrNoTx) {
 		t.Errorf("Write(nil tx) = %v, want ErrNoTx", err)
 	}
 	if _, err := WriteSQL(context.Background(), nil, Event{}); !errors.Is(err, ErrNoTx) {
 		t.Errorf("WriteSQL(nil tx) = %v, want ErrNoTx", err)
+	}
+	if _, err := WriteSQL(context.Background(), (*sql.Tx)(nil), Event{}); !errors.Is(err, ErrNoTx) {
+		t.Errorf("WriteSQL((*sql.Tx)(nil)) = %v, want ErrNoTx", err)
+	}
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// The transactions of pgx and database/sql are what Write and WriteSQL
+// take; pools and connections are not (they have no Commit).
+var (
+	_ Tx    = pgx.Tx(nil)
+	_ SQLTx = (*sql.Tx)(nil)
+)
+
+// TestTopicRules: an aggregate type the streamer could not publish is
+// refused before the insert, under the default template and others, with
+// the rules of package topic.
+func TestTopicRules(t *testing.T) {
+	t.Parallel()
+	e := Event{AggregateType: "payment", AggregateID: "pay-1", EventType: "PaymentCreated", Payload: []byte(`{}`)}
+	for _, tc := range []struct {
+		tmpl, aggregateType, eventType string
+		bad                            string // "" when valid, else a substring of the error
+	}{
+		{"", "payment", "", ""},
+		{"", "payments/eu", "", `contains '/'`},
+		{"", "payment refund", "", `contains ' '`},
+		{"", "paiement-reçu", "", "allow only a-z"},
+		{"", strings.Repeat("p", 236), "", ""}, // outbox.event. + 236 = 249 bytes
+		{"", strings.Repeat("p", 237), "", "over Kafka's 249-byte limit"},
+		{"", strings.Repeat("p", 240), "", "over Kafka's 249-byte limit"},
+		{"", "..", "", ""}, // outbox.event... is a legal name
+		{"{aggregate_type}", "..", "", "does not allow"},
+		{"{aggregate_type}", "payment", "", ""},
+		{"events.{event_type}", "payments/eu", "", ""}, // the aggregate type is not in this topic
+		{"events.{event_type}", "payment", "Payment Created", `contains ' '`},
+	} {
+		w, err := New(Config{Topic: tc.tmpl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := e
+		ev.AggregateType = tc.aggregateType
+		if tc.eventType != "" {
+			ev.EventType = tc.eventType
+		}
+		err = w.Validate(ev)
+		var te *topic.Error
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("template %q, aggregate type %q: %v, want it accepted", tc.tmpl, tc.aggregateType, err)
+		case tc.bad != "" && (!errors.Is(err, ErrInvalidEvent) || !errors.As(err, &te) || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("template %q, aggregate type %q: %v, want ErrInvalidEvent and a *topic.Error containing %q", tc.tmpl, tc.aggregateType, err, tc.bad)
+		}
 	}
 }

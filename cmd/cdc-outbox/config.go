@@ -40,6 +40,7 @@ type runConfig struct {
 	KafkaSASLPasswordFile string
 
 	Mapping         mapping.Config
+	Source          string // --source; "" until run resolves the default
 	OnBadEvent      string
 	DeadLetterTopic string
 
@@ -90,6 +91,8 @@ func runFlags(c *runConfig) *flags {
 	f.String(&c.KafkaSASLPasswordFile, "kafka-sasl-password-file", "", "`file` holding the SASL password, read at start; a trailing newline is not part of it")
 
 	f.String(&c.Mapping.Topic, "topic", m.Topic, "topic `template`; {column} is replaced by that column's value")
+	f.String(&c.Source, "source", "", "`name` of this outbox in the source header of every record, with which consumers tell its event ids from other outboxes'; "+
+		"default <system identifier>/<database OID>/<table OID>, unique to the table and kept across restarts, failover and renames")
 	f.String(&c.Mapping.IDColumn, "column-id", m.IDColumn, "event id `column` (header id)")
 	f.String(&c.Mapping.AggregateTypeColumn, "column-aggregate-type", m.AggregateTypeColumn, "aggregate type `column` (header aggregate_type)")
 	f.String(&c.Mapping.AggregateIDColumn, "column-aggregate-id", m.AggregateIDColumn, "aggregate id `column` (the record key)")
@@ -151,6 +154,7 @@ func (c *runConfig) validate() error {
 	check := p.check
 	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
 	check(strings.TrimSpace(c.KafkaBrokers) != "", "--kafka-brokers is empty: give host:port[,host:port...]")
+	check(validSource(c.Source), "--source %q: give 1 to 255 bytes of printable UTF-8, or leave it empty for the default", c.Source)
 	check(c.OnBadEvent == pipeline.Fail || c.OnBadEvent == pipeline.DeadLetter, "--on-bad-event %q: use fail or dead-letter", c.OnBadEvent)
 	check(c.OnBadEvent != pipeline.DeadLetter || c.DeadLetterTopic != "", "--on-bad-event=dead-letter needs --dead-letter-topic")
 	check(c.CPUs >= 0, "--cpus must be 0 (Go's default) or positive")

@@ -152,6 +152,12 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		return err
 	}
 
+	source, err := resolveSource(ctx, c)
+	if err != nil {
+		return err
+	}
+	c.Mapping.Source = source
+
 	tracker := checkpoint.New(start)
 	p, err := pipeline.New(pipeline.Config{
 		Schema:            schema,
@@ -201,7 +207,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
 	}
-	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", c.Table, "brokers", c.KafkaBrokers,
+	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", c.Table, "source", source, "brokers", c.KafkaBrokers,
 		"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())
 	return st.Run(ctx)
 }

@@ -28,9 +28,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdc-outbox/cdc-outbox/consume"
+	"github.com/cdc-outbox/cdc-outbox/consume/consumeprom"
 	"github.com/cdc-outbox/cdc-outbox/examples/billing/billing"
 )
 
@@ -71,6 +71,10 @@ func run() error {
 	defer pool.Close()
 
 	reg := prometheus.NewRegistry()
+	metrics, err := consumeprom.New(reg)
+	if err != nil {
+		return err
+	}
 	if *httpAddr != "" {
 		ln, err := net.Listen("tcp", *httpAddr)
 		if err != nil {
@@ -84,22 +88,18 @@ func run() error {
 		defer srv.Close()
 	}
 
-	var extra []kgo.Opt
-	if *instanceID != "" {
+	c, err := consume.New(consume.Config{
+		Brokers: strings.Split(*brokers, ","),
+		Group:   *group,
+		Topics:  []string{*topic},
+		DB:      pool,
+		Handler: billing.Handle,
 		// Without it, a consumer that died without leaving the group (kill
 		// -9, OOM, node loss) keeps its partitions until its session times
 		// out (45s by default): its replacement waits that long.
-		extra = append(extra, kgo.InstanceID(*instanceID))
-	}
-	c, err := consume.New(consume.Config{
-		Brokers:    strings.Split(*brokers, ","),
-		Group:      *group,
-		Topics:     []string{*topic},
-		Pool:       pool,
-		Handler:    billing.Handle,
-		Registerer: reg,
+		InstanceID: *instanceID,
+		Hooks:      metrics,
 		Logger:     log,
-		ExtraOpts:  extra,
 	})
 	if err != nil {
 		return err

@@ -7,9 +7,10 @@
 //   - Key: the aggregate_id text, byte for byte.
 //   - Value: the payload exactly as stored: json/jsonb text as PostgreSQL
 //     prints it, text/varchar holding valid JSON, or bytea decoded from hex.
-//   - Headers: id, event_type, aggregate_type, then the top-level members of
-//     the headers json object in document order (strings unescaped, other
-//     values as their JSON text).
+//   - Headers: id, event_type, aggregate_type, source (Config.Source, the
+//     same for every record), then the top-level members of the headers
+//     json object in document order (strings unescaped, other values as
+//     their JSON text).
 //   - Timestamp: created_at, or zero (the producer stamps it) when the
 //     column is absent or NULL.
 //

@@ -38,6 +38,11 @@ type Config struct {
 	IDColumn, AggregateTypeColumn, AggregateIDColumn, EventTypeColumn, PayloadColumn, HeadersColumn, CreatedAtColumn string // defaults: id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
 
 	MaxHeaderBytes int // largest header key or value, default 65536
+
+	// Source is the "source" header of every record: which outbox the
+	// events come from, so consumers reading several outboxes, whose ids
+	// overlap, tell their events apart. Empty: no source header.
+	Source string
 }
 
 // DefaultConfig matches the default outbox table.
@@ -87,6 +92,7 @@ type Mapper struct {
 	topic      []topicPart
 	constTopic string // the topic when the template has no placeholders
 	maxHeader  int
+	source     []byte // the source header's value, shared by every record; nil for none
 
 	// Topics and header keys repeat from row to row; interning them saves
 	// an allocation each per record.
@@ -108,7 +114,13 @@ func New(cfg Config) (*Mapper, error) {
 		{"HeadersColumn", cfg.HeadersColumn, def.HeadersColumn},
 		{"CreatedAtColumn", cfg.CreatedAtColumn, def.CreatedAtColumn},
 	}
+	if !utf8.ValidString(cfg.Source) || len(cfg.Source) > cfg.MaxHeaderBytes {
+		return nil, fmt.Errorf("mapping: Source must be valid UTF-8 of at most MaxHeaderBytes (%d) bytes", cfg.MaxHeaderBytes)
+	}
 	m := &Mapper{tmpl: cfg.Topic, maxHeader: cfg.MaxHeaderBytes}
+	if cfg.Source != "" {
+		m.source = []byte(cfg.Source)
+	}
 	pos := make(map[string]int)
 	add := func(name string) int {
 		if i, ok := pos[name]; ok {
@@ -228,11 +240,15 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 	} else {
 		buf, value = carve(buf, payload.Data)
 	}
-	hdrs := make([]kgo.RecordHeader, 3, 3+extra)
+	hdrs := make([]kgo.RecordHeader, 3, 4+extra)
 	buf, hdrs[0].Value = carve(buf, req[roleID])
 	buf, hdrs[1].Value = carve(buf, req[roleEventType])
 	buf, hdrs[2].Value = carve(buf, req[roleAggregateType])
 	hdrs[0].Key, hdrs[1].Key, hdrs[2].Key = "id", "event_type", "aggregate_type"
+	if m.source != nil {
+		// Shared by every record: nothing downstream modifies a header.
+		hdrs = append(hdrs, kgo.RecordHeader{Key: "source", Value: m.source})
+	}
 	if extra > 0 {
 		it := memberIter{doc: hdrDoc}
 		it.open()

@@ -8,8 +8,9 @@
 //   - idempotency (middleware) claims the key and runs the handler in a
 //     transaction (idempotency.Tx) that also stores the response; a retry of
 //     a completed request gets that response again (Idempotent-Replayed),
-//     and a request that failed (5xx) rolled back everything, so its retry
-//     starts from scratch.
+//     a refused one (4xx: a declined card) left nothing behind but its
+//     stored answer, and a request that failed (5xx) rolled back
+//     everything, so its retry starts from scratch.
 //   - outbox.Write adds the PaymentCreated event to that same transaction:
 //     the event exists if and only if the payment does; cdc-outbox streams
 //     it to Kafka after the commit.
@@ -96,7 +97,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &service{pool: cfg.Pool, provider: cfg.Provider, log: cfg.Logger}
-	mw, err := idempotency.New(cfg.Pool, idempotency.Options{
+	mw, err := idempotency.New(idempotency.Config{
+		DB: cfg.Pool,
 		// One scope for every caller, since the example has no
 		// authentication. A real service returns the authenticated client
 		// here, so that one client's key can never replay another's
@@ -144,9 +146,10 @@ func isCurrency(s string) bool {
 }
 
 // create runs inside the idempotency middleware: once per key to
-// completion. Whatever it answers below 500 is stored and replayed to
-// retries, and commits its writes; a 5xx rolls everything back and frees
-// the key for the client's retry.
+// completion. A 2xx commits its writes with the stored answer; a 4xx rolls
+// its writes back and stores the answer, so a declined payment leaves no
+// payment and no event; a 5xx rolls everything back and frees the key for
+// the client's retry.
 func (s *service) create(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var in createRequest
@@ -157,19 +160,18 @@ func (s *service) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := in.validate(); err != nil {
-		// Nothing is written yet, so this 400 commits nothing but the
-		// stored answer: a retry of the same body gets the same 400.
+		// Stored with the key: a retry of the same body gets the same 400.
 		respondError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 
 	tx := idempotency.Tx(ctx)
-	key := idempotency.RequestKey(ctx)
-	if tx == nil || key == "" {
-		// Only without the middleware, or with AllowMissingKey: a bug here.
-		respondError(w, http.StatusInternalServerError, "no idempotency key or transaction")
+	if tx == nil {
+		// Only without the middleware: a bug here.
+		respondError(w, http.StatusInternalServerError, "no idempotency transaction")
 		return
 	}
+	key := idempotency.RequestKey(ctx)
 	// The payment id is derived from the request's key rather than random,
 	// so a retry after a rollback inserts the same payment and sends the
 	// provider the same reference: the same request, which the provider
@@ -180,26 +182,13 @@ func (s *service) create(w http.ResponseWriter, r *http.Request) {
 		Account: in.Account, Amount: in.Amount, Currency: in.Currency,
 	}
 
-	// A savepoint around our writes: any response below 500 commits the
-	// middleware's transaction (it stores that response in it), so a
-	// decline (402) must first undo the payment and its event, or a
-	// declined payment would be committed and published.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		s.fail(w, "begin savepoint", err)
-		return
-	}
-	err = sp.QueryRow(ctx, `INSERT INTO payments (id, account, amount, currency) VALUES ($1, $2, $3, $4)
+	err := tx.QueryRow(ctx, `INSERT INTO payments (id, account, amount, currency) VALUES ($1, $2, $3, $4)
 		RETURNING created_at`, p.ID, p.Account, p.Amount, p.Currency).Scan(&p.CreatedAt)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		// The id is derived from the key, so this is the key again after
-		// it expired (idempotency.Options.TTL) and was forgotten. Refuse
+		// it expired (idempotency.Config.TTL) and was forgotten. Refuse
 		// it, as the middleware refuses a reused key (422).
-		if rbErr := sp.Rollback(ctx); rbErr != nil {
-			s.fail(w, "roll back to savepoint", rbErr)
-			return
-		}
 		respondError(w, http.StatusUnprocessableEntity, "this Idempotency-Key already created payment "+p.ID)
 		return
 	}
@@ -214,7 +203,7 @@ func (s *service) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// In the same transaction: the event commits with the payment or not at
 	// all. Its id (the Kafka header "id") is what consumers dedupe by.
-	if _, err := outbox.Write(ctx, sp, outbox.Event{
+	if _, err := outbox.Write(ctx, tx, outbox.Event{
 		AggregateType: AggregateType,
 		AggregateID:   p.ID, // the record key: a payment's events stay in order
 		EventType:     EventCreated,
@@ -235,12 +224,9 @@ func (s *service) create(w http.ResponseWriter, r *http.Request) {
 	})
 	var declined *provider.DeclinedError
 	if errors.As(err, &declined) {
-		if rbErr := sp.Rollback(ctx); rbErr != nil {
-			s.fail(w, "roll back to savepoint", rbErr)
-			return
-		}
-		// Stored under the key: a retry gets the same decline, and the
-		// provider would answer it the same way anyway.
+		// A 4xx: the middleware rolls back the payment and its event, and
+		// stores the decline under the key, so a retry gets the same
+		// answer (the provider would answer it the same way anyway).
 		respondError(w, http.StatusPaymentRequired, declined.Reason)
 		return
 	}
@@ -248,12 +234,8 @@ func (s *service) create(w http.ResponseWriter, r *http.Request) {
 		// 502: the middleware rolls back the payment and its event and
 		// frees the key. The client retries with the same key; if the
 		// provider did charge, it returns that charge.
-		s.log.WarnContext(ctx, "charge failed; rolled back, the client may retry", "payment_id", p.ID, "err", err)
+		s.log.WarnContext(ctx, "charge failed; rolled back, the client may retry", "payment_id", p.ID, "error", err)
 		respondError(w, http.StatusBadGateway, "the card provider did not answer; retry with the same Idempotency-Key")
-		return
-	}
-	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT: the outer transaction still decides
-		s.fail(w, "release savepoint", err)
 		return
 	}
 	p.ChargeID = ch.ID
@@ -282,7 +264,7 @@ func (s *service) get(w http.ResponseWriter, r *http.Request) {
 // fail answers 500, which makes the middleware roll back the request's
 // transaction and free its key.
 func (s *service) fail(w http.ResponseWriter, what string, err error) {
-	s.log.Error("payments: "+what, "err", err)
+	s.log.Error("payments: "+what, "error", err)
 	respondError(w, http.StatusInternalServerError, fmt.Sprintf("internal error (%s); retry with the same Idempotency-Key", what))
 }
 

@@ -1,0 +1,123 @@
+// Package modules checks the layout of the repository's Go modules: the
+// libraries services import (outbox, idempotency, consume, consumeprom) are
+// modules of their own, so that importing one costs a service only that
+// library's dependencies.
+package modules_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const root = "../.."
+
+// libraries are the library modules: directory, module path, and the
+// packages a service imports from it.
+var libraries = []struct {
+	dir, path string
+	imports   []string
+}{
+	{"outbox", "github.com/cdc-outbox/cdc-outbox/outbox", []string{"github.com/cdc-outbox/cdc-outbox/outbox", "github.com/cdc-outbox/cdc-outbox/outbox/topic"}},
+	{"idempotency", "github.com/cdc-outbox/cdc-outbox/idempotency", []string{"github.com/cdc-outbox/cdc-outbox/idempotency"}},
+	{"consume", "github.com/cdc-outbox/cdc-outbox/consume", []string{"github.com/cdc-outbox/cdc-outbox/consume"}},
+	{"consume/consumeprom", "github.com/cdc-outbox/cdc-outbox/consume/consumeprom", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeprom"}},
+}
+
+// forbidden are module path prefixes that must not be in the module graph
+// of a service importing the library: the streamer's dependencies (and the
+// streamer's own module), and Prometheus where it is not the point.
+var forbidden = map[string][]string{
+	"outbox":              {"github.com/twmb/", "github.com/prometheus/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
+	"idempotency":         {"github.com/twmb/", "github.com/prometheus/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
+	"consume":             {"github.com/prometheus/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
+	"consume/consumeprom": {"github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
+}
+
+// TestServiceModuleGraphs builds, for each library, a throwaway service
+// module that imports it (the libraries replaced by this checkout, as a
+// released version would be fetched), and checks its whole module graph
+// (go list -m all) for modules it must not pull in: a service that only
+// writes outbox rows gets pgx and nothing else.
+func TestServiceModuleGraphs(t *testing.T) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range libraries {
+		t.Run(lib.dir, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			var mod strings.Builder
+			mod.WriteString("module example.com/service\n\ngo 1.26.0\n\n")
+			for _, l := range libraries {
+				mod.WriteString("replace " + l.path + " => " + filepath.Join(abs, l.dir) + "\n")
+			}
+			write(t, filepath.Join(dir, "go.mod"), mod.String())
+			var src strings.Builder
+			src.WriteString("package main\n\nimport (\n")
+			for _, p := range lib.imports {
+				src.WriteString("\t_ " + `"` + p + `"` + "\n")
+			}
+			src.WriteString(")\n\nfunc main() {}\n")
+			write(t, filepath.Join(dir, "main.go"), src.String())
+
+			goCmd(t, dir, "mod", "tidy")
+			graph := goCmd(t, dir, "list", "-m", "all")
+			t.Logf("go list -m all of a service importing %s:\n%s", lib.dir, graph)
+			for _, line := range strings.Split(strings.TrimSpace(graph), "\n") {
+				for _, bad := range forbidden[lib.dir] {
+					if strings.HasPrefix(line+" ", bad) {
+						t.Errorf("a service importing %s gets %s in its module graph; keep %s out of %s/go.mod", lib.dir, line, strings.TrimSpace(bad), lib.dir)
+					}
+				}
+			}
+			if !strings.Contains(graph, lib.path+" ") {
+				t.Errorf("%s is not in the service's graph: the check checked nothing", lib.path)
+			}
+		})
+	}
+}
+
+// TestTestHelpersInStep: each library module carries the same small
+// PostgreSQL test helper (it cannot import the root module's
+// internal/testenv without that module's dependencies); the copies must not
+// drift apart.
+func TestTestHelpersInStep(t *testing.T) {
+	var first []byte
+	for i, dir := range []string{"outbox", "idempotency", "consume"} {
+		b, err := os.ReadFile(filepath.Join(root, dir, "internal", "pgtest", "pgtest.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = b
+		} else if !bytes.Equal(b, first) {
+			t.Errorf("%s/internal/pgtest/pgtest.go differs from outbox's: copy the change to every library", dir)
+		}
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goCmd runs the go command in dir, outside any workspace, and returns its
+// output.
+func goCmd(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
+	}
+	return string(out)
+}
