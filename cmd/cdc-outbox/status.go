@@ -84,7 +84,8 @@ const (
 //	publication          --publication
 //	publication_exists   whether pg_publication has it
 //	publishes_inserts    whether the publication publishes inserts
-//	publication_tables   its tables as schema.table, from pg_publication_tables ([] when none)
+//	publication_tables   its tables as schema.table (a part in double quotes where
+//	                     it needs them), from pg_publication_tables ([] when none)
 //	table                --table, as schema.table
 //	table_exists         whether the outbox table exists
 //	table_in_publication whether the publication publishes every insert into
@@ -243,9 +244,9 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		rows, _ := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables
 			WHERE pubname = $1 ORDER BY 1, 2`, r.Publication)
 		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-			var schema, table string
-			err := row.Scan(&schema, &table)
-			return schema + "." + table, err
+			var n pgname.Name
+			err := row.Scan(&n.Schema, &n.Relation)
+			return n.String(), err
 		})
 		if err != nil {
 			return fmt.Errorf("read tables of publication %s: %w", r.Publication, err)
@@ -264,9 +265,13 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	r.TableExists = true
-	// Of a partitioned table, the rows of all its partitions.
-	err = conn.QueryRow(ctx, `SELECT coalesce(sum(reltuples) FILTER (WHERE reltuples >= 0), -1)::bigint FROM pg_class
-		WHERE oid = $1::oid AND relkind = 'r' OR oid IN (SELECT relid FROM pg_partition_tree($1::oid) WHERE isleaf)`, t.OID).Scan(&r.TableRowsEstimate)
+	// Of a partitioned table, the rows of all its partitions; of a table
+	// with inheritance children, theirs too, as SELECT counts them.
+	err = conn.QueryRow(ctx, `WITH RECURSIVE tree(oid) AS (
+			SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid
+		)
+		SELECT coalesce(sum(reltuples) FILTER (WHERE reltuples >= 0), -1)::bigint FROM pg_class
+		WHERE oid IN (SELECT oid FROM tree) AND relkind = 'r'`, t.OID).Scan(&r.TableRowsEstimate)
 	if err != nil {
 		return fmt.Errorf("estimate the rows of %s: %w", r.Table, err)
 	}

@@ -407,7 +407,11 @@ type treeNode struct {
 // publish.
 func Cover(ctx context.Context, conn *pgx.Conn, publication string, t Table) (Coverage, error) {
 	c := Coverage{Publication: publication, Outbox: t}
-	if err := conn.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, publication).Scan(&c.ViaRoot); err != nil {
+	// Through JSON: pubviaroot is new in PostgreSQL 13, and before it no
+	// partition is published via its root.
+	err := conn.QueryRow(ctx, `SELECT coalesce((to_jsonb(p) ->> 'pubviaroot')::bool, false) FROM pg_publication p WHERE pubname = $1`, publication).
+		Scan(&c.ViaRoot)
+	if err != nil {
 		return c, fmt.Errorf("read publication %s: %w", publication, err)
 	}
 	// pg_publication_tables lists what a publication publishes by name:

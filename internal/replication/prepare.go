@@ -74,18 +74,25 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogr
 	return prepareSlot(ctx, conn, s, log)
 }
 
-// publicationOptions are those of the publication cdc-outbox creates.
-// Insert-only: updates and deletes of the outbox are never published, so
-// the insert-then-delete pattern costs nothing downstream. Via the
-// partition root: the rows of a partitioned outbox arrive under the outbox's
-// own relation id, whatever becomes of the partition they were written to
-// (detached, dropped) before they are streamed. For a table that is not
-// partitioned the option changes nothing.
-const publicationOptions = "publish = 'insert', publish_via_partition_root = true"
+// createPublication is the statement that creates the publication
+// cdc-outbox streams. Insert-only: updates and deletes of the outbox are
+// never published, so the insert-then-delete pattern costs nothing
+// downstream. For a partitioned outbox, via the partition root: the rows of
+// every partition arrive under the outbox's own relation id, whatever
+// becomes of the partition they were written to (detached, dropped) before
+// they are streamed. (The option means nothing for a table that is not
+// partitioned, and PostgreSQL before 13 does not know it.)
+func createPublication(publication string, t Table) string {
+	options := "publish = 'insert'"
+	if t.Partitioned {
+		options += ", publish_via_partition_root = true"
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)", pgname.Quote(publication), t.Name.Quoted(), options)
+}
 
 func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, log *slog.Logger) error {
 	pub := pgname.Quote(s.Publication)
-	create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)", pub, t.Name.Quoted(), publicationOptions)
+	create := createPublication(s.Publication, t)
 	var inserts bool
 	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, s.Publication).Scan(&inserts)
 	switch {
