@@ -56,6 +56,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext(log)
 	defer stop()
 	if err := run(ctx, &c, kafkaOpts, log); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// A signal while starting: nothing was streamed, so nothing
+			// is lost or left to drain.
+			log.Info("stopped before streaming")
+			return 0
+		}
 		log.Error("stopped with an error", "error", redact(err))
 		return 1
 	}
@@ -147,20 +153,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		CreateSlot:        c.CreateSlot,
 		RecreateSlot:      c.RecreateSlot,
 	}, log)
+	cancel()
 	if err != nil {
-		cancel()
 		return err
 	}
-	// The stream asks the catalog what each relation it describes is: the
-	// outbox is the table --table names now, then followed by identity.
-	catalog, err := replication.OpenCatalog(setupCtx, replication.CatalogConfig{
-		URL:         c.PostgresURL,
-		Table:       table,
-		Publication: c.Publication,
-		Required:    []string{c.Mapping.IDColumn, c.Mapping.AggregateTypeColumn, c.Mapping.AggregateIDColumn, c.Mapping.EventTypeColumn, c.Mapping.PayloadColumn},
-		Timeout:     catalogTimeout,
-	})
-	cancel()
+	catalog, err := openCatalog(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -356,6 +353,21 @@ func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Me
 // sends no status update meanwhile: well below the default
 // wal_sender_timeout (60 s).
 const catalogTimeout = 10 * time.Second
+
+// openCatalog finds the outbox table for the stream, which asks the
+// catalog what each relation it describes is: the outbox is the table
+// --table names now, and from then on that table whatever its name.
+func openCatalog(ctx context.Context, c *runConfig) (*replication.Catalog, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return replication.OpenCatalog(ctx, replication.CatalogConfig{
+		URL:         c.PostgresURL,
+		Table:       outboxTable(c.Table),
+		Publication: c.Publication,
+		Required:    []string{c.Mapping.IDColumn, c.Mapping.AggregateTypeColumn, c.Mapping.AggregateIDColumn, c.Mapping.EventTypeColumn, c.Mapping.PayloadColumn},
+		Timeout:     catalogTimeout,
+	})
+}
 
 // pollSlot reads the slot's state on a normal connection every
 // --slot-poll-interval: retained WAL, active, wal_status. The database's
