@@ -189,13 +189,17 @@ func TestPartitionDroppedBeforeStreamed(t *testing.T) {
 			s := e.start()
 			e.waitStreaming()
 			s.stop()
-			// Nothing after this may be confirmed before the dropped
-			// partition's rows reached Kafka or the dead-letter topic.
-			stopped := e.currentLSN()
 
 			ctx := testenv.Context(t)
 			before := newWorkload(e)
-			if err := before.write(ctx, 0, 50, 5, "payment", false); err != nil {
+			if err := before.write(ctx, 0, 5, 5, "payment", false); err != nil {
+				t.Fatal(err)
+			}
+			// The first transaction of the dropped partition's rows is
+			// committed by this position: the slot must stay below it
+			// until they reached Kafka or the dead-letter topic.
+			firstCommitted := e.currentLSN()
+			if err := before.write(ctx, 0, 45, 5, "payment", false); err != nil {
 				t.Fatal(err)
 			}
 			e.setBucket(2)
@@ -227,8 +231,8 @@ func TestPartitionDroppedBeforeStreamed(t *testing.T) {
 					t.Fatalf("the error lacks %q:\n%s", want, log)
 				}
 			}
-			if confirmed, _ := e.slotLSNs(); confirmed > stopped {
-				t.Fatalf("the slot confirmed %d, past the dropped partition's first row (written after %d)", confirmed, stopped)
+			if confirmed, _ := e.slotLSNs(); confirmed >= firstCommitted {
+				t.Fatalf("the slot confirmed %d, past the dropped partition's first transaction (committed by %d)", confirmed, firstCommitted)
 			}
 
 			dlq := e.prefix + ".dead-letter"
@@ -402,12 +406,16 @@ func TestUnmappedRelationInPublication(t *testing.T) {
 				t.Fatal(err)
 			}
 			wl.check([]string{"payment"}, "before the unmapped row")
-			before := e.currentLSN()
 			var id string
 			if err := e.pool.QueryRow(ctx, `INSERT INTO outbox_copy (aggregate_type, aggregate_id, event_type, payload)
 				VALUES ('payment', 'copy-1', 'Copied', '{}') RETURNING id::text`).Scan(&id); err != nil {
 				t.Fatal(err)
 			}
+			// The row's commit ends at or before this position; the slot
+			// must stay below it. (It may pass the row's first record:
+			// a transaction whose commit is past the confirmed position is
+			// sent again whole.)
+			committed := e.currentLSN()
 			if err := wl.write(ctx, 1, 20, 5, "payment", false); err != nil {
 				t.Fatal(err)
 			}
@@ -423,8 +431,8 @@ func TestUnmappedRelationInPublication(t *testing.T) {
 						t.Fatalf("the error lacks %q:\n%s", want, log)
 					}
 				}
-				if confirmed, _ := e.slotLSNs(); confirmed > before {
-					t.Fatalf("the slot confirmed %d, past the unmapped row (WAL was at %d before it)", confirmed, before)
+				if confirmed, _ := e.slotLSNs(); confirmed >= committed {
+					t.Fatalf("the slot confirmed %d, past the unmapped row (committed by %d)", confirmed, committed)
 				}
 				return
 			}

@@ -241,7 +241,9 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("read publication %s: %w", r.Publication, err)
 	default:
 		r.PublicationExists = true
-		rows, _ := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables
+		// DISTINCT: PostgreSQL 14 lists a partition twice when it is
+		// published both on its own and through its partitioned table.
+		rows, _ := conn.Query(ctx, `SELECT DISTINCT schemaname::text, tablename::text FROM pg_publication_tables
 			WHERE pubname = $1 ORDER BY 1, 2`, r.Publication)
 		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
 			var n pgname.Name

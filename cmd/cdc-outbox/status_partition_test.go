@@ -34,7 +34,7 @@ func TestStatusPartitionedOutbox(t *testing.T) {
 
 	testenv.Exec(t, url, `ALTER PUBLICATION cdc_outbox ADD TABLE "Billing"."Outbox Events"`)
 	code, out, _ = status(t, args...)
-	if code != 0 || !strings.Contains(squash(out), `tables: "Billing".p1, public."P2"`) || !strings.Contains(squash(out), "in publication: yes") ||
+	if code != 0 || !strings.Contains(squash(out), `tables: "Billing".p1, public."P2" table`) || !strings.Contains(squash(out), "in publication: yes") ||
 		strings.Contains(out, "ADD TABLE") {
 		t.Fatalf("after ADD TABLE: exit %d\n%s", code, out)
 	}
