@@ -159,8 +159,9 @@ type relationFacts struct {
 	// outbox: the outbox table, the table now named --table, or a
 	// partition (or inheritance child) of either, at any depth.
 	outbox bool
-	// ancestor: a table the outbox (or the table now named --table) is a
-	// partition of.
+	// ancestor: a partitioned table the outbox (or the table now named
+	// --table) is a partition of, at any depth. (An inheritance parent's
+	// rows are its own, never the outbox's.)
 	ancestor bool
 }
 
@@ -198,8 +199,10 @@ func (c *Catalog) Classify(rel *decoder.Relation) (role decoder.Role, why string
 		),
 		up AS (
 			SELECT i.inhparent AS oid FROM pg_inherits i JOIN roots r ON i.inhrelid = r.oid
+			JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relispartition
 			UNION
 			SELECT i.inhparent FROM pg_inherits i JOIN up u ON i.inhrelid = u.oid
+			JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relispartition
 		)
 		SELECT c.oid IS NOT NULL, coalesce(n.nspname::text, ''), coalesce(c.relname::text, ''),
 			EXISTS (SELECT 1 FROM down WHERE oid = $4::oid), EXISTS (SELECT 1 FROM up WHERE oid = $4::oid)
@@ -438,9 +441,10 @@ func Cover(ctx context.Context, conn *pgx.Conn, publication string, t Table) (Co
 	}
 	var captured Relation
 	err = conn.QueryRow(ctx, `WITH RECURSIVE up(oid, depth) AS (
-			SELECT inhparent, 1 FROM pg_inherits WHERE inhrelid = $1::oid
+			SELECT i.inhparent, 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhrelid = $1::oid AND c.relispartition
 			UNION ALL
 			SELECT i.inhparent, u.depth + 1 FROM pg_inherits i JOIN up u ON i.inhrelid = u.oid
+			JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relispartition
 		)
 		SELECT c.oid, n.nspname::text, c.relname::text FROM up u JOIN pg_class c ON c.oid = u.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE u.oid IN (`+published+`) ORDER BY u.depth DESC LIMIT 1`, t.OID, publication).

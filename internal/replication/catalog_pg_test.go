@@ -115,6 +115,14 @@ func TestCatalogInheritanceAndUnlogged(t *testing.T) {
 		t.Errorf("a grandchild: %v %v", role, err)
 	}
 
+	// An inheritance parent's rows are its own: not taken for the outbox's
+	// as a partitioned parent's would be, but unmapped all the same, having
+	// the outbox's columns.
+	child := catalogFor(t, url, "ob_child", "p")
+	if role, why, err := child.Classify(relationOf(t, url, "ob")); err != nil || role != decoder.RoleUnmapped || strings.Contains(why, "is a partition of") {
+		t.Errorf("the parent of an inheriting outbox: %v %q %v", role, why, err)
+	}
+
 	c = cover(t, url, "parted", "q")
 	if len(c.Unlogged) != 1 || c.Unlogged[0].Name.Relation != "parted_1" || len(c.Missing) != 0 || !strings.Contains(c.Problem(), "SET LOGGED") {
 		t.Errorf("an unlogged partition: %+v: %s", c, c.Problem())
