@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 )
 
@@ -67,10 +68,10 @@ func runFlags(c *runConfig) *flags {
 	m := mapping.DefaultConfig()
 
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
-	f.String(&c.Table, "table", "public.outbox", "outbox `table`, schema-qualified")
+	f.String(&c.Table, "table", "public.outbox", tableHelp)
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
-	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert')) when it is missing")
+	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")
 	f.Bool(&c.CreateSlot, "create-slot", true, "create the replication slot (pgoutput) when it is missing")
 	f.Bool(&c.RecreateSlot, "recreate-slot", false, "create the slot again when cdc-outbox made it before and it is gone, or drop and create it again when it lost its WAL (wal_status lost); changes in between are NOT streamed")
 
@@ -125,6 +126,16 @@ func runFlags(c *runConfig) *flags {
 	return f
 }
 
+// tableHelp is --table's, for run and status alike.
+const tableHelp = "outbox `table`: schema.table, or table in schema public; read as PostgreSQL reads a name, so unquoted parts are folded to lower case " +
+	"and a part in double quotes is taken as it is (\"Billing\".\"Outbox Events\")"
+
+// outboxTable is --table parsed; validation has checked that it parses.
+func outboxTable(table string) pgname.Name {
+	n, _ := pgname.Parse(table)
+	return n
+}
+
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // problems collects what is wrong with a configuration, so that validation
@@ -142,7 +153,8 @@ func (p *problems) check(ok bool, format string, args ...any) {
 func (p *problems) source(url, table, publication, slot string) {
 	_, err := pgconn.ParseConfig(url)
 	p.check(err == nil, "--postgres-url: %v", redact(err))
-	p.check(table != "" && strings.Count(table, ".") <= 1, "--table %q: give schema.table", table)
+	_, err = pgname.Parse(table)
+	p.check(err == nil, "--table %q: %v", table, err)
 	p.check(publication != "", "--publication is empty")
 	p.check(slotName.MatchString(slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", slot)
 }

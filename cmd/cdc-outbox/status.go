@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 )
 
@@ -35,7 +36,7 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
-	f.String(&c.Table, "table", "public.outbox", "outbox `table`, schema-qualified")
+	f.String(&c.Table, "table", "public.outbox", tableHelp)
 	f.Bool(&c.JSON, "json", false, "print one JSON object instead of text")
 	f.Duration(&c.Timeout, "timeout", 10*time.Second, "give up connecting and reading after this long")
 	return f
@@ -83,10 +84,13 @@ const (
 //	publication          --publication
 //	publication_exists   whether pg_publication has it
 //	publishes_inserts    whether the publication publishes inserts
-//	publication_tables   its tables as schema.table, from pg_publication_tables ([] when none)
+//	publication_tables   its tables as schema.table (a part in double quotes where
+//	                     it needs them), from pg_publication_tables ([] when none)
 //	table                --table, as schema.table
 //	table_exists         whether the outbox table exists
-//	table_in_publication whether the publication contains the outbox table
+//	table_in_publication whether the publication publishes every insert into
+//	                     the outbox table (for a partitioned one, into each
+//	                     partition), comparing relations, not names
 //	table_rows_estimate  the table's pg_class.reltuples; -1 when unknown
 //	                     (never analyzed, or no such table)
 //
@@ -124,6 +128,9 @@ type statusReport struct {
 	TableRowsEstimate  int64    `json:"table_rows_estimate"`
 
 	connectedDB string // the database --postgres-url connects to
+	// publicationProblem is what the publication misses of the table, with
+	// the fix, when TableInPublication is false.
+	publicationProblem string
 }
 
 func statusCommand(args []string, stdout, stderr io.Writer) int {
@@ -162,7 +169,6 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 func newStatusReport(c *statusConfig) *statusReport {
-	schema, table := replication.SplitTable(c.Table)
 	return &statusReport{
 		Warnings:          []string{},
 		Slot:              c.Slot,
@@ -172,7 +178,7 @@ func newStatusReport(c *statusConfig) *statusReport {
 		RetainedWAL:       humanBytes(0),
 		Publication:       c.Publication,
 		PublicationTables: []string{},
-		Table:             schema + "." + table,
+		Table:             outboxTable(c.Table).String(),
 		TableRowsEstimate: -1,
 	}
 }
@@ -235,12 +241,14 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("read publication %s: %w", r.Publication, err)
 	default:
 		r.PublicationExists = true
-		rows, _ := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables
+		// DISTINCT: PostgreSQL 14 lists a partition twice when it is
+		// published both on its own and through its partitioned table.
+		rows, _ := conn.Query(ctx, `SELECT DISTINCT schemaname::text, tablename::text FROM pg_publication_tables
 			WHERE pubname = $1 ORDER BY 1, 2`, r.Publication)
 		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-			var schema, table string
-			err := row.Scan(&schema, &table)
-			return schema + "." + table, err
+			var n pgname.Name
+			err := row.Scan(&n.Schema, &n.Relation)
+			return n.String(), err
 		})
 		if err != nil {
 			return fmt.Errorf("read tables of publication %s: %w", r.Publication, err)
@@ -248,19 +256,33 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		r.PublicationTables = append(r.PublicationTables, tables...)
 	}
 
-	schema, table := replication.SplitTable(r.Table)
-	for _, t := range r.PublicationTables {
-		r.TableInPublication = r.TableInPublication || t == schema+"."+table
+	if err := conn.QueryRow(ctx, `SELECT current_database()::text`).Scan(&r.connectedDB); err != nil {
+		return err
 	}
-	var rows *int64
-	err = conn.QueryRow(ctx, `SELECT current_database()::text,
-			(SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass($1))`,
-		pgx.Identifier{schema, table}.Sanitize()).Scan(&r.connectedDB, &rows)
+	t, err := replication.FindTable(ctx, conn, outboxTable(r.Table))
+	switch {
+	case errors.Is(err, replication.ErrNoTable), errors.Is(err, replication.ErrNotTable):
+		return nil
+	case err != nil:
+		return err
+	}
+	r.TableExists = true
+	// Of a partitioned table, the rows of all its partitions; of a table
+	// with inheritance children, theirs too, as SELECT counts them.
+	err = conn.QueryRow(ctx, `WITH RECURSIVE tree(oid) AS (
+			SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid
+		)
+		SELECT coalesce(sum(reltuples) FILTER (WHERE reltuples >= 0), -1)::bigint FROM pg_class
+		WHERE oid IN (SELECT oid FROM tree) AND relkind = 'r'`, t.OID).Scan(&r.TableRowsEstimate)
 	if err != nil {
-		return fmt.Errorf("look up table %s: %w", r.Table, err)
+		return fmt.Errorf("estimate the rows of %s: %w", r.Table, err)
 	}
-	if rows != nil {
-		r.TableExists, r.TableRowsEstimate = true, *rows
+	if r.PublicationExists {
+		cov, err := replication.Cover(ctx, conn, r.Publication, t)
+		if err != nil {
+			return err
+		}
+		r.TableInPublication, r.publicationProblem = cov.Complete(), cov.Problem()
 	}
 	return nil
 }
@@ -270,9 +292,8 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 // Other problems (publication, table, plugin) are warnings: they do not
 // change the exit code.
 func (r *statusReport) judge() {
-	pub := pgx.Identifier{r.Publication}.Sanitize()
-	schema, table := replication.SplitTable(r.Table)
-	qualified := pgx.Identifier{schema, table}.Sanitize()
+	pub := pgname.Quote(r.Publication)
+	qualified := outboxTable(r.Table).Quoted()
 	warn := func(format string, args ...any) { r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...)) }
 
 	if r.SlotExists && r.Plugin != "pgoutput" {
@@ -288,13 +309,15 @@ func (r *statusReport) judge() {
 	}
 	switch {
 	case !r.PublicationExists:
-		warn("publication %q does not exist: cdc-outbox run creates it (unless --create-publication=false), or run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+		warn("publication %q does not exist: cdc-outbox run creates it (unless --create-publication=false), or run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)",
 			r.Publication, pub, qualified)
 	case !r.PublishesInserts:
 		warn("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", r.Publication, pub)
 	}
 	if !r.TableExists {
 		warn("table %s does not exist in database %q: create it (sql/publication.sql has the default) or check --table", r.Table, r.connectedDB)
+	} else if r.PublicationExists && !r.TableInPublication && r.publicationProblem != "" {
+		warn("%s; or check --table and --publication", r.publicationProblem)
 	} else if r.PublicationExists && !r.TableInPublication {
 		warn("publication %q does not contain table %s: run ALTER PUBLICATION %s ADD TABLE %s, or check --table and --publication",
 			r.Publication, r.Table, pub, qualified)

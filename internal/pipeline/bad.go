@@ -43,7 +43,7 @@ func (p *Pipeline) bad(lsn pglogrepl.LSN, ev *decoder.Event, err error) error {
 		{Key: "id", Value: []byte(be.EventID)},
 		{Key: "error", Value: []byte(be.Error())},
 		{Key: "lsn", Value: []byte(lsn.String())},
-		{Key: "source_table", Value: []byte(p.cfg.Schema + "." + p.cfg.Table)},
+		{Key: "source_table", Value: []byte(ev.Relation.Namespace + "." + ev.Relation.Name)}, // as named when the row was written
 	}
 	p.obs.Bad("dead_lettered")
 	p.log.Warn("bad event sent to the dead-letter topic", "event_id", id, "lsn", lsn, "topic", p.cfg.DeadLetterTopic, "error", be)

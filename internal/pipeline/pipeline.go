@@ -3,8 +3,10 @@
 // their acknowledgements reported to the checkpoint.
 //
 // It owns the per-event decisions: which transaction a record belongs to,
-// what happens to a bad event (stop, or dead-letter by explicit policy), and
-// how much may be in flight before reading pauses. It must never drop an
+// which relations are the outbox (asking the catalog about each relation the
+// stream describes that is not yet known as the outbox), what happens to a
+// bad event (stop, or dead-letter by explicit policy), and how much may be
+// in flight before reading pauses. It must never drop an
 // event silently, never let the checkpoint pass an event that went nowhere,
 // and never wait on Kafka (the replication loop calls it and must stay free
 // to send status updates).
@@ -33,7 +35,6 @@ const (
 
 // Config is the pipeline's share of the streamer's configuration.
 type Config struct {
-	Schema, Table     string
 	Mapping           mapping.Config
 	OnBadEvent        string // Fail or DeadLetter
 	DeadLetterTopic   string
@@ -44,6 +45,17 @@ type Config struct {
 	MaxRecordBytes int
 }
 
+// Catalog says what a relation the stream describes is; replication.Catalog
+// implements it from the database's catalog. The pipeline asks it from the
+// replication loop, on each Relation message of a relation not yet known to
+// be the outbox, before any change of that relation is decided on. why is a
+// phrase for the log, or, for RoleUnmapped, why the relation cannot be
+// mapped and what to do. An error wrapping replication.ErrCatalog makes the
+// stream read the transaction again on a new connection.
+type Catalog interface {
+	Classify(rel *decoder.Relation) (role decoder.Role, why string, err error)
+}
+
 // Producer is the sink as the pipeline sees it.
 type Producer interface {
 	Produce(r *kgo.Record)
@@ -51,12 +63,16 @@ type Producer interface {
 
 // Pipeline implements replication.Handler.
 type Pipeline struct {
-	cfg    Config
-	dec    *decoder.Decoder
-	mapper *mapping.Mapper
-	ckpt   *checkpoint.Tracker
-	sink   Producer
-	log    *slog.Logger
+	cfg     Config
+	dec     *decoder.Decoder
+	catalog Catalog
+	mapper  *mapping.Mapper
+	ckpt    *checkpoint.Tracker
+	sink    Producer
+	log     *slog.Logger
+
+	// unmapped says, for each relation the catalog could not map, why.
+	unmapped map[uint32]string
 
 	cols []mapping.Column // reused for every insert
 	tx   *checkpoint.Tx   // the open transaction, nil between Commit and Begin
@@ -92,7 +108,7 @@ func (noObserver) Bad(string)          {}
 
 // New builds a pipeline. The sink is attached with SetSink, because the
 // sink's acknowledgement callback is the pipeline's Ack.
-func New(cfg Config, ckpt *checkpoint.Tracker, log *slog.Logger) (*Pipeline, error) {
+func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, log *slog.Logger) (*Pipeline, error) {
 	m, err := mapping.New(cfg.Mapping)
 	if err != nil {
 		return nil, err
@@ -108,15 +124,17 @@ func New(cfg Config, ckpt *checkpoint.Tracker, log *slog.Logger) (*Pipeline, err
 	}
 	wanted := m.Columns()
 	return &Pipeline{
-		cfg:    cfg,
-		dec:    decoder.New(cfg.Schema, cfg.Table, wanted),
-		mapper: m,
-		ckpt:   ckpt,
-		log:    log.With("component", "pipeline"),
-		cols:   make([]mapping.Column, len(wanted)),
-		room:   make(chan struct{}, 1),
-		failed: make(chan error, 1),
-		obs:    noObserver{},
+		cfg:      cfg,
+		dec:      decoder.New(wanted),
+		catalog:  catalog,
+		mapper:   m,
+		ckpt:     ckpt,
+		log:      log.With("component", "pipeline"),
+		unmapped: make(map[uint32]string),
+		cols:     make([]mapping.Column, len(wanted)),
+		room:     make(chan struct{}, 1),
+		failed:   make(chan error, 1),
+		obs:      noObserver{},
 	}, nil
 }
 
@@ -156,9 +174,14 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
 		p.obs.Received(p.commitTime)
-	case decoder.KindInsert:
+	case decoder.KindRelation:
+		return p.relation(ev)
+	case decoder.KindInsert, decoder.KindUnmapped:
 		if p.tx == nil {
 			return fmt.Errorf("insert at LSN %s outside a transaction: the stream is out of order", lsn)
+		}
+		if ev.Kind == decoder.KindUnmapped {
+			return p.unmappedInsert(lsn, ev)
 		}
 		return p.insert(lsn, ev)
 	case decoder.KindCommit:
@@ -171,7 +194,64 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 	return nil
 }
 
-func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
+// relation settles the role of a relation the stream describes, before any
+// change of it: pgoutput sends a Relation message ahead of the first change
+// of each relation in a session, and again after the relation changed
+// (altered, renamed, attached as a partition). A relation known to be the
+// outbox stays so for the life of the process: renamed or moved, it is the
+// same table; detached, it sends no more rows, or, in a publication that
+// publishes it on its own (FOR ALL TABLES, FOR TABLES IN SCHEMA), its later
+// rows are published as the outbox's until the next start, which is a
+// repeat at worst, never a loss. Any other relation is looked up on each of
+// its Relation messages, so a table attached as a partition since it was
+// last looked up becomes the outbox's.
+func (p *Pipeline) relation(ev *decoder.Event) error {
+	rel, prev := ev.Relation, ev.Replaced
+	if rel.Role != decoder.RoleOutbox {
+		role, why, err := p.catalog.Classify(rel)
+		if err != nil {
+			return fmt.Errorf("relation %s.%s (OID %d): %w", rel.Namespace, rel.Name, rel.ID, err)
+		}
+		was := rel.Role
+		rel = p.dec.Assign(rel.ID, role)
+		delete(p.unmapped, rel.ID)
+		switch {
+		case role == decoder.RoleUnmapped:
+			p.unmapped[rel.ID] = why
+		case role == was:
+		case role == decoder.RoleOutbox:
+			p.log.Info("streaming the inserts of a relation of the outbox", "relation", rel.Namespace+"."+rel.Name, "oid", rel.ID, "is", why)
+		case role == decoder.RoleOther:
+			p.log.Info("the publication sends a table that is not the outbox: its inserts are skipped (other_table)",
+				"relation", rel.Namespace+"."+rel.Name, "oid", rel.ID, "is", why)
+		}
+	}
+	if rel.Role == decoder.RoleOutbox && prev != nil && (prev.Namespace != rel.Namespace || prev.Name != rel.Name) {
+		p.log.Info("a relation of the outbox was renamed or moved; streaming goes on: cdc-outbox follows the relation, not its name",
+			"oid", rel.ID, "from", prev.Namespace+"."+prev.Name, "to", rel.Namespace+"."+rel.Name)
+	}
+	return nil
+}
+
+// unmappedInsert is an insert the publication sent from a relation that the
+// catalog cannot tie to the outbox: a bad event, never a skip, so the
+// confirmed position cannot pass it unless it reached the dead-letter topic.
+func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
+	rel := ev.Relation
+	p.fill(ev)
+	why, ok := p.unmapped[rel.ID]
+	if !ok {
+		why = "it was never looked up in the catalog" // cannot happen: every Relation message is
+	}
+	return p.bad(lsn, ev, &mapping.BadEventError{
+		EventID: p.mapper.EventID(p.cols),
+		Reason: fmt.Sprintf("the publication sent it from relation %s.%s (OID %d), which cannot be mapped to the outbox table: %s",
+			rel.Namespace, rel.Name, rel.ID, why),
+	})
+}
+
+// fill puts an insert's wanted values into p.cols.
+func (p *Pipeline) fill(ev *decoder.Event) {
 	rel := ev.Relation
 	for i, v := range ev.Values {
 		c := &p.cols[i]
@@ -180,6 +260,10 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 			c.TypeOID = rel.Columns[j].TypeOID
 		}
 	}
+}
+
+func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
+	p.fill(ev)
 	pd := p.newPending(lsn)
 	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
 		return p.bad(lsn, ev, err)

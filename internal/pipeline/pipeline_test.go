@@ -74,10 +74,10 @@ func newTestPipeline(t *testing.T, policy string, maxInflight int) (*Pipeline, *
 	t.Helper()
 	ck := checkpoint.New(100)
 	p, err := New(Config{
-		Schema: "public", Table: "outbox", Mapping: mapping.DefaultConfig(),
+		Mapping:    mapping.DefaultConfig(),
 		OnBadEvent: policy, DeadLetterTopic: "dlq",
 		MaxInflightEvents: maxInflight, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
-	}, ck, slog.New(slog.DiscardHandler))
+	}, ck, newFakeCatalog(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,14 @@
 // confirmed position, receiving XLogData and keepalives, and standby status
 // updates carrying the checkpoint's confirmed LSN.
 //
+// It also owns what the catalog says about the outbox (catalog.go): which
+// relation --table is, which relations are part of it (its partitions and
+// inheritance children, the table renamed or moved), whether a relation the
+// stream describes provably is another table, and whether the publication
+// publishes every relation of the outbox, compared by relation, not by
+// name. The decisions are pure functions of the catalog's answers, tested
+// without a server.
+//
 // It must never start streaming from the server's current WAL position,
 // never send a position the checkpoint has not confirmed, never send a lower
 // position than before, and never let Kafka stall its status updates.

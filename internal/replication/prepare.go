@@ -9,11 +9,13 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 )
 
 // Setup names what streaming reads from and what Prepare may create.
 type Setup struct {
-	Table             string // schema.table, or table in schema public
+	Table             pgname.Name
 	Publication       string
 	Slot              string
 	CreatePublication bool
@@ -21,14 +23,6 @@ type Setup struct {
 	// RecreateSlot allows creating a slot that existed before and is gone,
 	// knowing that the changes since it was dropped are not streamed.
 	RecreateSlot bool
-}
-
-// SplitTable splits "schema.table" (or "table", meaning public.table).
-func SplitTable(name string) (schema, table string) {
-	if i := strings.IndexByte(name, '.'); i >= 0 {
-		return name[:i], name[i+1:]
-	}
-	return "public", name
 }
 
 // Prepare checks, on a normal connection to url, everything streaming needs,
@@ -41,8 +35,6 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogr
 		return 0, fmt.Errorf("connect to PostgreSQL: %w", ExplainConnect(err))
 	}
 	defer conn.Close(context.Background())
-	schema, table := SplitTable(s.Table)
-	qualified := pgx.Identifier{schema, table}.Sanitize()
 
 	var walLevel string
 	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
@@ -63,47 +55,77 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogr
 		return 0, fmt.Errorf("role %q lacks the REPLICATION attribute: run ALTER ROLE %s WITH REPLICATION", user, pgx.Identifier{user}.Sanitize())
 	}
 
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, qualified).Scan(&exists); err != nil {
-		return 0, fmt.Errorf("look up table %s: %w", s.Table, err)
+	t, err := FindTable(ctx, conn, s.Table)
+	if errors.Is(err, ErrNoTable) {
+		return 0, fmt.Errorf("table %s does not exist: create it (sql/publication.sql has the default) or point --table at yours "+
+			"(quote a name that has capitals, dots or spaces: --table '\"Billing\".\"Outbox Events\"')", s.Table)
 	}
-	if !exists {
-		return 0, fmt.Errorf("table %s.%s does not exist: create it (sql/publication.sql has the default) or point --table at yours", schema, table)
+	if err != nil {
+		return 0, err
+	}
+	if t.Unlogged {
+		return 0, fmt.Errorf("table %s is UNLOGGED: its rows are not written to the WAL, so they cannot be streamed; run ALTER TABLE %s SET LOGGED",
+			t.Name, t.Name.Quoted())
 	}
 
-	if err := preparePublication(ctx, conn, s, schema, table, qualified, log); err != nil {
+	if err := preparePublication(ctx, conn, s, t, log); err != nil {
 		return 0, err
 	}
 	return prepareSlot(ctx, conn, s, log)
 }
 
-func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, schema, table, qualified string, log *slog.Logger) error {
-	pub := pgx.Identifier{s.Publication}.Sanitize()
+// createPublication is the statement that creates the publication
+// cdc-outbox streams. Insert-only: updates and deletes of the outbox are
+// never published, so the insert-then-delete pattern costs nothing
+// downstream. For a partitioned outbox, via the partition root: the rows of
+// every partition arrive under the outbox's own relation id, whatever
+// becomes of the partition they were written to (detached, dropped) before
+// they are streamed. (The option means nothing for a table that is not
+// partitioned, and PostgreSQL before 13 does not know it.)
+func createPublication(publication string, t Table) string {
+	options := "publish = 'insert'"
+	if t.Partitioned {
+		options += ", publish_via_partition_root = true"
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)", pgname.Quote(publication), t.Name.Quoted(), options)
+}
+
+func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, log *slog.Logger) error {
+	pub := pgname.Quote(s.Publication)
+	create := createPublication(s.Publication, t)
 	var inserts bool
 	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, s.Publication).Scan(&inserts)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.CreatePublication:
-		// Insert-only: updates and deletes of the outbox are never published,
-		// so the insert-then-delete pattern costs nothing downstream.
-		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')", pub, qualified)); err != nil {
+		if _, err := conn.Exec(ctx, create); err != nil {
 			return fmt.Errorf("create publication %s: %w", s.Publication, err)
 		}
-		log.Info("created publication", "publication", s.Publication, "table", s.Table)
+		log.Info("created publication", "publication", s.Publication, "table", t.Name.String(), "partitioned", t.Partitioned)
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("publication %q does not exist: run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or start with --create-publication", s.Publication, pub, qualified)
+		return fmt.Errorf("publication %q does not exist: run %s, or start with --create-publication", s.Publication, create)
 	case err != nil:
 		return fmt.Errorf("look up publication %s: %w", s.Publication, err)
 	}
 	if !inserts {
 		return fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", s.Publication, pub)
 	}
-	contains, err := Publishes(ctx, conn, s.Publication, schema, table)
+	cov, err := Cover(ctx, conn, s.Publication, t)
 	if err != nil {
-		return fmt.Errorf("read tables of publication %s: %w", s.Publication, err)
+		return err
 	}
-	if !contains {
-		return fmt.Errorf("publication %q does not contain table %s.%s: run ALTER PUBLICATION %s ADD TABLE %s", s.Publication, schema, table, pub, qualified)
+	if !cov.Complete() {
+		return errors.New(cov.Problem())
+	}
+	if t.Partitioned && !cov.ViaRoot {
+		// Still streamed: each partition is looked up and mapped to the
+		// outbox. What cannot be mapped is a partition's row that was
+		// detached or dropped before it was streamed; that row then stops
+		// the stream (or goes to the dead-letter topic), never vanishes.
+		log.Warn("the publication sends the rows of the partitioned outbox under each partition's relation (publish_via_partition_root is off): "+
+			"cdc-outbox maps them to the outbox, but a partition detached or dropped before its rows are streamed leaves them unmappable "+
+			"(a bad event). Run ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = true)",
+			"publication", s.Publication, "table", t.Name.String())
 	}
 	return nil
 }
@@ -142,16 +164,6 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 		return createSlot(ctx, conn, s, log)
 	}
 	return confirmed, nil
-}
-
-// Publishes reports whether the publication contains schema.table. A table
-// that is dropped and created again leaves its publication: its inserts are
-// then not streamed at all, so the streamer checks this while it runs too.
-func Publishes(ctx context.Context, conn *pgx.Conn, publication, schema, table string) (bool, error) {
-	var contains bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
-		publication, schema, table).Scan(&contains)
-	return contains, err
 }
 
 // slotMarker is how cdc-outbox remembers, in the publication's comment,

@@ -20,7 +20,8 @@ import (
 // goroutine, except that Room and Failed deliver from elsewhere.
 type Handler interface {
 	// WAL processes the pgoutput message of one XLogData that starts at lsn.
-	// It must not wait on Kafka. An error stops streaming for good.
+	// It must not wait on Kafka. An error stops streaming for good, unless
+	// it wraps ErrCatalog: then streaming resumes on a new connection.
 	WAL(lsn pglogrepl.LSN, data []byte) error
 	// Full reports whether too much is in flight to read more now.
 	Full() bool
@@ -373,6 +374,10 @@ func (s *Stream) copyData(conn *pgconn.PgConn, data []byte) error {
 			return fmt.Errorf("parse XLogData: %w", err)
 		}
 		if err := s.h.WAL(x.WALStart, x.WALData); err != nil {
+			if errors.Is(err, ErrCatalog) {
+				// Not the row's fault: read it again on a new connection.
+				return err
+			}
 			return fatal{err}
 		}
 		s.noteReceived(x.ServerWALEnd)
