@@ -486,6 +486,12 @@ func (e *env) pendingIDs() []string {
 
 var pendingID = regexp.MustCompile(`^table public\.outbox: INSERT: id\[bigint\]:(\d+) `)
 
+// serverMajor is the test server's major version (14 for 14.23).
+func (e *env) serverMajor() int {
+	e.t.Helper()
+	return testenv.ServerMajor(e.t, e.url)
+}
+
 // ids runs a query returning one text column, the test fails on error.
 func (e *env) ids(query string) []string {
 	e.t.Helper()

@@ -151,7 +151,7 @@ func TestPublicationDropped(t *testing.T) {
 		t.Fatal("the streamer exited 0 after its publication was dropped")
 	}
 	log := strings.ReplaceAll(s.logText(), `\"`, `"`)
-	for _, want := range []string{`publication "cdc_outbox" does not exist`, "cannot decode past the drop", "pg_drop_replication_slot('" + e.slot + "')", "--recreate-slot", "re-publish"} {
+	for _, want := range []string{`publication "cdc_outbox" does not exist`, "cannot stream past the drop", "pg_drop_replication_slot('" + e.slot + "')", "--recreate-slot", "re-publish"} {
 		if !strings.Contains(log, want) {
 			t.Fatalf("the error lacks %q:\n%s", want, log)
 		}

@@ -213,7 +213,7 @@ func (s *Stream) session(ctx context.Context) error {
 	}
 	err = pglogrepl.StartReplication(setupCtx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
-		return s.explain(err)
+		return s.explain(conn, err)
 	}
 	s.connected.Store(true)
 	s.log.Info("streaming", "slot", s.cfg.Slot, "publication", s.cfg.Publication, "start_lsn", start)
@@ -224,8 +224,9 @@ func (s *Stream) session(ctx context.Context) error {
 }
 
 // explain adds what to do to the server errors that stop streaming for
-// good.
-func (s *Stream) explain(err error) error {
+// good. conn is the connection that got the error, still open unless the
+// error ended it.
+func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
@@ -236,17 +237,75 @@ func (s *Stream) explain(err error) error {
 		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
 			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
-		// The server decodes each change with the catalog as it was when
-		// the change was written, so for changes written while the
-		// publication was gone, re-creating it does not help.
-		return fmt.Errorf("%w: it was dropped while the slot still had changes to stream, and the server cannot decode past the drop even once it is re-created. "+
-			"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
-			"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
-			err, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, confirmed)
-	case walLost(err):
-		return walLostError(s.cfg.Slot, confirmed, err)
+		return s.publicationGone(err)
+	case pgErr.Code == codeObjectNotInState || pgErr.Code == codeUndefinedFile:
+		// The slot's own row says whether it was invalidated and why
+		// (invalidation_reason, PostgreSQL 17+), whatever language the
+		// server speaks; the error's text is the fallback when the
+		// connection cannot be asked any more.
+		if state, ok := s.slotState(conn); ok && state.Invalidated() {
+			return walLostError(s.cfg.Slot, confirmed, state.Reason(), err)
+		}
+		if walLost(err) {
+			return walLostError(s.cfg.Slot, confirmed, "", err)
+		}
 	}
 	return err
+}
+
+// publicationGone explains a publication that is missing at the point of
+// the WAL being decoded. The server decodes each change with the catalog as
+// it was when the change was written, so the changes written while the
+// publication was gone cannot be streamed through this slot, even once it is
+// re-created.
+func (s *Stream) publicationGone(cause error) error {
+	return fmt.Errorf("publication %q does not exist at this point of the WAL (PostgreSQL said: %w): it was dropped while the slot still had changes to stream, "+
+		"and the server cannot stream past the drop through this slot, even once it is re-created. "+
+		"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
+		"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
+		s.cfg.Publication, cause, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, s.pos.Confirmed())
+}
+
+// notice acts on a notice the walsender sends while streaming. Since
+// PostgreSQL 18, pgoutput meets a publication that does not exist at the
+// point of the WAL it decodes with a WARNING (SQLSTATE 42704, "skipped
+// loading publication"), where earlier versions stop with that error: the
+// changes made while it is gone are then not sent at all, and a streamer
+// that went on would confirm past them. So that warning stops the stream
+// as the error does. Other notices are logged.
+func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
+	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
+	if n.Code == codeUndefinedObject {
+		return fatal{s.publicationGone(n)}
+	}
+	s.log.Warn("PostgreSQL sent a notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message, "detail", n.Detail)
+	return nil
+}
+
+// slotState reads the slot's row on the replication connection (a
+// walsender in database mode runs SQL too), to learn why the server
+// refuses to stream from it. ok is false when it cannot be read.
+func (s *Stream) slotState(conn *pgconn.PgConn) (info SlotInfo, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The error that ended START_REPLICATION or the stream is followed by
+	// ReadyForQuery, which the replication protocol's reader leaves unread.
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return info, false
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	results, err := conn.Exec(ctx, `SELECT coalesce(wal_status, ''), `+slotColumns+
+		` FROM pg_replication_slots s WHERE slot_name = `+quoteLiteral(s.cfg.Slot)).ReadAll()
+	if err != nil || len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) < 3 {
+		return info, false
+	}
+	row := results[0].Rows[0] // text format
+	return SlotInfo{Name: s.cfg.Slot, WALStatus: string(row[0]), InvalidationReason: string(row[1]), Conflicting: string(row[2]) == "t"}, true
 }
 
 func serverMajor(version string) int {
@@ -355,7 +414,12 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 				return err
 			}
 		case *pgproto3.ErrorResponse:
-			return s.explain(pgconn.ErrorResponseToPgError(m))
+			return s.explain(conn, pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.NoticeResponse:
+			if err := s.notice(m); err != nil {
+				s.settle(conn) // as for a row that stops the stream
+				return err
+			}
 		case *pgproto3.CopyDone:
 			return errors.New("the server ended the replication stream")
 		}
