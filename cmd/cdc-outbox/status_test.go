@@ -261,7 +261,9 @@ func TestStatusJudge(t *testing.T) {
 			verdictLost, 1, "inactive longer than idle_replication_slot_timeout", nil},
 		{"conflicting on a standby (16)", func(r *statusReport) { r.Active, r.Conflicting = false, true },
 			verdictLost, 1, "conflicted with recovery", nil},
-		{"inactive since (17+)", func(r *statusReport) { r.Active, r.InactiveSince, r.inactiveFor = false, "2026-01-02T03:04:05Z", 90 * time.Second },
+		{"inactive since (17+)", func(r *statusReport) {
+			r.Active, r.InactiveSince, r.inactiveFor = false, "2026-01-02T03:04:05Z", 90*time.Second
+		},
 			verdictInactive, 0, "inactive since 2026-01-02T03:04:05Z (1m30s)", nil},
 		{"missing", func(r *statusReport) { r.SlotExists = false }, verdictMissing, 1, "check --slot", nil},
 		{"unreserved", func(r *statusReport) { r.WALStatus = "unreserved" }, verdictHealthy, 0, "", []string{"max_slot_wal_keep_size"}},
