@@ -9,8 +9,9 @@
 # For each major it runs the command against a fresh cluster of that version
 # (scripts/postgres.sh with PG_VERSION: destroyed, started, its address and
 # control script exported as CDC_OUTBOX_TEST_POSTGRES_URL and
-# CDC_OUTBOX_TEST_POSTGRES_CTL, and destroyed again afterwards), so the
-# versions never share state. `current` runs it once against the server the
+# CDC_OUTBOX_TEST_POSTGRES_CTL, and destroyed again afterwards, its log kept
+# in .local/test-versions/<major>.postgres.log), so the versions never share
+# state. `current` runs it once against the server the
 # environment names already. Kafka is the environment's
 # (scripts/with-servers.sh). The counts come from the lines `go test -v`
 # prints for each test and subtest ("--- PASS: ..."). It exits non-zero if the
@@ -62,6 +63,8 @@ else
 		CDC_OUTBOX_TEST_POSTGRES_URL=$("$repo/scripts/postgres.sh" url)
 		export CDC_OUTBOX_TEST_POSTGRES_URL CDC_OUTBOX_TEST_POSTGRES_CTL="$repo/scripts/postgres.sh"
 		run "$v" "$@"
+		# The server's log outlives its cluster, for a failure to be read.
+		"$repo/scripts/postgres.sh" logs >"$logs/$v.postgres.log" 2>&1 || true
 		"$repo/scripts/postgres.sh" destroy
 	done
 fi
