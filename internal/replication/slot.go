@@ -40,7 +40,7 @@ type SlotInfo struct {
 	// idle_timeout (18+); "" while the slot is valid.
 	InvalidationReason string
 	// Conflicting (PostgreSQL 16+): a logical slot on a standby that was
-	// invalidated by a conflict with recovery.
+	// invalidated by a conflict with recovery (false on a primary).
 	Conflicting bool
 	// InactiveSince (PostgreSQL 17+) is when the slot was last released;
 	// zero while it is active. InactiveFor is how long ago that was, by the
@@ -71,7 +71,11 @@ func (i SlotInfo) Reason() string {
 // slotColumns reads the columns of a pg_replication_slots row s that only
 // newer servers have, by name from the row as JSON, so that one query
 // serves every version: a column the server lacks reads as NULL.
-const slotColumns = `coalesce(to_jsonb(s)->>'invalidation_reason', ''), coalesce((to_jsonb(s)->>'conflicting')::bool, false),
+// PostgreSQL 16 sets conflicting for a logical slot invalidated for any
+// reason, lost WAL included (17 only for conflicts with recovery), so it
+// counts only on a standby, the only place such a conflict can happen.
+const slotColumns = `coalesce(to_jsonb(s)->>'invalidation_reason', ''),
+	coalesce((to_jsonb(s)->>'conflicting')::bool, false) AND pg_is_in_recovery(),
 	(to_jsonb(s)->>'inactive_since')::timestamptz`
 
 // ReadSlot reads the slot's state on a normal connection.

@@ -268,14 +268,16 @@ func (s *Stream) publicationGone(cause error) error {
 
 // notice acts on a notice the walsender sends while streaming. Since
 // PostgreSQL 18, pgoutput meets a publication that does not exist at the
-// point of the WAL it decodes with a WARNING (SQLSTATE 42704, "skipped
-// loading publication"), where earlier versions stop with that error: the
-// changes made while it is gone are then not sent at all, and a streamer
-// that went on would confirm past them. So that warning stops the stream
-// as the error does. Other notices are logged.
+// point of the WAL it decodes with a WARNING (SQLSTATE 55000, `skipped
+// loading publication "cdc_outbox"`), where earlier versions stop with an
+// error: the changes made while it is gone are then not sent at all, and a
+// streamer that went on would confirm past them. So that warning stops the
+// stream as the error does. It is told by its SQLSTATE and the
+// publication's name, which translations of the message keep. Other
+// notices are logged.
 func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
 	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
-	if n.Code == codeUndefinedObject {
+	if n.Code == codeObjectNotInState && strings.Contains(n.Message, `"`+s.cfg.Publication+`"`) {
 		return fatal{s.publicationGone(n)}
 	}
 	s.log.Warn("PostgreSQL sent a notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message, "detail", n.Detail)
