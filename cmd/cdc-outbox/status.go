@@ -336,7 +336,7 @@ func (r *statusReport) judge() {
 		r.Verdict, r.ExitCode = verdictInactive, 0
 		since := ""
 		if r.InactiveSince != "" {
-			since = fmt.Sprintf(" since %s (%s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
+			since = fmt.Sprintf(" since %s (for %s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
 		}
 		r.Message = fmt.Sprintf("slot %q is inactive%s: nothing is streaming from it, which is normal while cdc-outbox run is stopped; "+
 			"it holds %s of WAL on the server, growing until a streamer confirms: start cdc-outbox run, or drop the slot if the outbox is no longer streamed",
@@ -375,7 +375,7 @@ func (r *statusReport) writeText(w io.Writer) {
 		case r.Active:
 			add("  active", "yes (pid %d)", r.ActivePID)
 		case r.InactiveSince != "":
-			add("  active", "no, since %s (%s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
+			add("  active", "no, since %s (for %s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
 		default:
 			add("  active", "no")
 		}

@@ -264,7 +264,7 @@ func TestStatusJudge(t *testing.T) {
 		{"inactive since (17+)", func(r *statusReport) {
 			r.Active, r.InactiveSince, r.inactiveFor = false, "2026-01-02T03:04:05Z", 90*time.Second
 		},
-			verdictInactive, 0, "inactive since 2026-01-02T03:04:05Z (1m30s)", nil},
+			verdictInactive, 0, "inactive since 2026-01-02T03:04:05Z (for 1m30s)", nil},
 		{"missing", func(r *statusReport) { r.SlotExists = false }, verdictMissing, 1, "check --slot", nil},
 		{"unreserved", func(r *statusReport) { r.WALStatus = "unreserved" }, verdictHealthy, 0, "", []string{"max_slot_wal_keep_size"}},
 		{"wrong slot", func(r *statusReport) { r.Plugin, r.Database = "test_decoding", "other" }, verdictHealthy, 0, "",
