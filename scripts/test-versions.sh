@@ -37,7 +37,7 @@ run() {
 	"${@:2}" 2>&1 | tee "$log"
 	status=${PIPESTATUS[0]}
 	set -e
-	server=$("$repo/scripts/postgres.sh" version 2>/dev/null | awk '{print $NF}' || true)
+	server=$("$repo/scripts/postgres.sh" version 2>/dev/null | awk '{print $3}' || true)
 	local secs=$(($(date +%s) - began)) pass fail skip
 	pass=$(grep -cE '^ *--- PASS' "$log" || true)
 	fail=$(grep -cE '^ *--- FAIL' "$log" || true)
