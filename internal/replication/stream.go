@@ -554,8 +554,36 @@ func (s *Stream) shutdown(conn *pgconn.PgConn) error {
 	if err := s.drain(conn); err != nil {
 		return err
 	}
+	s.finish(conn)
 	s.log.Info("stopped", "confirmed_lsn", s.lastSent)
 	return nil
+}
+
+// finishTimeout bounds the wait for the server to end the stream: it has
+// at most its socket buffers to send first.
+const finishTimeout = 10 * time.Second
+
+// finish ends the stream the way the protocol provides, after the final
+// status update: CopyDone, then reading (and dropping) what the server
+// still sends until it answers with its own CopyDone and is ready for
+// queries. The walsender answers only after processing every message sent
+// before, so the final position is then stored in the slot.
+//
+// Closing the connection at once instead loses it at times: the walsender
+// is usually still sending, so the client's kernel, closing a socket with
+// unread data, resets the connection, and the walsender may exit on the
+// reset (or on a failed send) without reading the status update waiting
+// in its socket buffer. The next start then resends everything since the
+// position confirmed before, and after a row that stopped the stream, it
+// meets rows that were already delivered.
+func (s *Stream) finish(conn *pgconn.PgConn) {
+	if err := conn.Conn().SetReadDeadline(time.Now().Add(finishTimeout)); err != nil {
+		return
+	}
+	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
+		s.log.Warn("could not end the replication stream cleanly; if PostgreSQL did not store the final position, the next start sends again what came after the one before",
+			"error", err, "confirmed_lsn", s.lastSent)
+	}
 }
 
 // drain waits up to ShutdownTimeout for in-flight records while keeping
@@ -591,5 +619,6 @@ func (s *Stream) settle(conn *pgconn.PgConn) {
 		s.log.Warn("could not confirm the events before the stopping row; they will be sent again on the next start", "error", err)
 		return
 	}
+	s.finish(conn)
 	s.log.Info("confirmed the events before the stopping row", "confirmed_lsn", s.lastSent)
 }
