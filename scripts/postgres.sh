@@ -197,12 +197,17 @@ as() {
 
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# port prints the cluster's port, choosing one at first use: a free one
+# below the kernel's range of ephemeral ports (where outgoing connections
+# take their local port, and could take it between now and the start).
 port() {
 	if [ ! -s "$portfile" ]; then
 		mkdir -p "$state"
-		local p
+		local p lo=32768
+		read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+		[ "$lo" -gt 12000 ] 2>/dev/null || lo=40000
 		for _ in $(seq 1 200); do
-			p=$((20000 + RANDOM % 20000))
+			p=$((10000 + RANDOM % (lo - 10000)))
 			if port_is_free "$p"; then
 				echo "$p" >"$portfile"
 				break
@@ -228,6 +233,7 @@ init() {
 	as "$bin/initdb" --pgdata="$data" --username=postgres --auth=trust \
 		--encoding=UTF8 --locale=C.UTF-8 >"$data.initdb.log" 2>&1 ||
 		{ cat "$data.initdb.log" >&2; die "initdb failed"; }
+	touch "$state/unstarted" # until the first start: its port may still change
 	# The settings cdc-outbox needs, plus room for tests that run in parallel
 	# (each owns a slot and a walsender). fsync is off: this cluster is
 	# throwaway, and killing the server process (not the machine) loses
@@ -261,8 +267,21 @@ start() {
 	fi
 	touch "$logfile"
 	[ -z "$runas" ] || chown "$runas" "$logfile"
-	as "$(bindir)/pg_ctl" start -D "$data" -l "$logfile" -w -t 60 >/dev/null ||
-		{ tail -n 10 "$logfile" >&2; die "server did not start; log: $logfile"; }
+	local attempt
+	for attempt in 1 2 3 4 5; do
+		as "$(bindir)/pg_ctl" start -D "$data" -l "$logfile" -w -t 60 >/dev/null && break
+		# A port found free can be taken before the server binds it (by
+		# another cluster starting at the same moment). Before its first
+		# successful start nobody knows the cluster's port yet: take another.
+		if [ "$attempt" -lt 5 ] && [ -e "$state/unstarted" ] && tail -n 20 "$logfile" | grep -q "could not bind"; then
+			rm -f "$portfile"
+			as sed -i "s/^port = [0-9]*$/port = $(port)/" "$data/postgresql.conf"
+			continue
+		fi
+		tail -n 10 "$logfile" >&2
+		die "server did not start; log: $logfile"
+	done
+	rm -f "$state/unstarted"
 	echo "postgres running: $(url)"
 }
 
