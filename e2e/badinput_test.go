@@ -74,6 +74,7 @@ func TestBadInputFail(t *testing.T) {
 			if !strings.Contains(log, "bad event "+id+" at LSN ") || !strings.Contains(log, bad.cause) {
 				t.Fatalf("the error lacks event %s, its LSN or %q:\n%s", id, bad.cause, log)
 			}
+			e.waitSlotInactive()
 			if confirmed, _ := e.slotLSNs(); confirmed >= after {
 				t.Fatalf("the slot confirmed %d, past the bad event (WAL at %d after it)", confirmed, after)
 			}

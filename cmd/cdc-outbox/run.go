@@ -403,6 +403,12 @@ func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, pu
 			var info replication.SlotInfo
 			info, err = replication.ReadSlot(qctx, conn, c.Slot)
 			if err == nil {
+				if info.Invalidated() {
+					// Whatever the reason (17+: invalidation_reason; 16:
+					// conflicting), the slot can no longer stream: as
+					// good as lost, which 16+ also says in wal_status.
+					info.WALStatus = "lost"
+				}
 				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
 				logWALStatus(log, walStatus, info)
 				walStatus = info.WALStatus
@@ -443,6 +449,9 @@ func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
 		return
 	}
 	attrs := []any{"slot", info.Name, "wal_status", info.WALStatus, "previous", prev, "retained_wal_bytes", info.RetainedBytes}
+	if reason := info.Reason(); reason != "" {
+		attrs = append(attrs, "invalidation_reason", reason)
+	}
 	switch info.WALStatus {
 	case "extended":
 		log.Warn("the slot holds more WAL than max_wal_size: cdc-outbox is behind (is Kafka slow or refusing?)", attrs...)
@@ -450,7 +459,8 @@ func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
 		log.Error("the slot holds more WAL than max_slot_wal_keep_size allows: the next checkpoint removes WAL it still needs, "+
 			"and its events would never reach Kafka through it. Let cdc-outbox catch up (Kafka?) or raise max_slot_wal_keep_size now", attrs...)
 	case "lost":
-		log.Error("the slot lost WAL it still needed: the events in that WAL will not reach Kafka through this slot; "+
+		what, _ := replication.Invalidation(info.Reason())
+		log.Error("the slot is invalidated: "+what+". The events it had not streamed will not reach Kafka through this slot; "+
 			"cdc-outbox stops when the stream ends. Re-publish them from the outbox table, then start with --recreate-slot", attrs...)
 	case "reserved":
 		if prev == "extended" || prev == "unreserved" {

@@ -81,6 +81,12 @@ const (
 //	retained_wal_bytes   current_wal_lsn - restart_lsn: WAL the server keeps for the slot
 //	retained_wal         retained_wal_bytes, human-readable ("1.5 GiB")
 //	wal_status           reserved, extended, unreserved or lost
+//	invalidation_reason  why PostgreSQL invalidated the slot (17+): wal_removed, rows_removed,
+//	                     wal_level_insufficient, idle_timeout (18+); "" while valid or on older servers
+//	conflicting          a logical slot on a standby invalidated by a conflict with recovery (16+;
+//	                     false on older servers)
+//	inactive_since       when the slot was last released (17+), RFC 3339 in UTC; "" while active
+//	                     or on older servers
 //	publication          --publication
 //	publication_exists   whether pg_publication has it
 //	publishes_inserts    whether the publication publishes inserts
@@ -117,6 +123,11 @@ type statusReport struct {
 	RetainedWALBytes  int64  `json:"retained_wal_bytes"`
 	RetainedWAL       string `json:"retained_wal"`
 	WALStatus         string `json:"wal_status"`
+	// Since PostgreSQL 16 and 17; zero on older servers.
+	InvalidationReason string `json:"invalidation_reason"`
+	Conflicting        bool   `json:"conflicting"`
+	InactiveSince      string `json:"inactive_since"`
+	inactiveFor        time.Duration
 
 	Publication        string   `json:"publication"`
 	PublicationExists  bool     `json:"publication_exists"`
@@ -232,6 +243,11 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		r.RetainedWALBytes = max(info.RetainedBytes, 0)
 		r.RetainedWAL = humanBytes(r.RetainedWALBytes)
 		r.WALStatus = info.WALStatus
+		r.InvalidationReason, r.Conflicting = info.InvalidationReason, info.Conflicting
+		if !info.InactiveSince.IsZero() {
+			r.InactiveSince = info.InactiveSince.UTC().Format(time.RFC3339)
+			r.inactiveFor = info.InactiveFor
+		}
 	}
 
 	err = conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, r.Publication).Scan(&r.PublishesInserts)
@@ -327,20 +343,36 @@ func (r *statusReport) judge() {
 	case !r.SlotExists:
 		r.Verdict, r.ExitCode = verdictMissing, 1
 		r.Message = fmt.Sprintf("replication slot %q does not exist: start cdc-outbox run (it creates the slot) or check --slot", r.Slot)
-	case r.WALStatus == "lost":
+	case r.invalidated():
 		r.Verdict, r.ExitCode = verdictLost, 1
-		r.Message = fmt.Sprintf("replication slot %q has wal_status lost: PostgreSQL removed WAL the slot still needed, so the slot can no longer stream. "+
-			"Events committed after %s that were in the lost WAL never reach Kafka through it and must be recovered from the outbox table; "+
-			"then start cdc-outbox run once with --recreate-slot, which drops the slot and creates a new one that streams what commits from then on",
-			r.Slot, r.ConfirmedFlushLSN)
+		reason := r.InvalidationReason
+		if reason == "" && r.Conflicting {
+			reason = "conflict"
+		}
+		what, prevent := replication.Invalidation(reason)
+		r.Message = fmt.Sprintf("replication slot %q has wal_status lost: %s, so the slot can no longer stream. "+
+			"Events committed after %s that it had not streamed never reach Kafka through it and must be recovered from the outbox table; "+
+			"then start cdc-outbox run once with --recreate-slot, which drops the slot and creates a new one that streams what commits from then on. "+
+			"To prevent it, %s",
+			r.Slot, what, r.ConfirmedFlushLSN, prevent)
 	case !r.Active:
 		r.Verdict, r.ExitCode = verdictInactive, 0
-		r.Message = fmt.Sprintf("slot %q is inactive: nothing is streaming from it, which is normal while cdc-outbox run is stopped; "+
+		since := ""
+		if r.InactiveSince != "" {
+			since = fmt.Sprintf(" since %s (for %s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
+		}
+		r.Message = fmt.Sprintf("slot %q is inactive%s: nothing is streaming from it, which is normal while cdc-outbox run is stopped; "+
 			"it holds %s of WAL on the server, growing until a streamer confirms: start cdc-outbox run, or drop the slot if the outbox is no longer streamed",
-			r.Slot, r.RetainedWAL)
+			r.Slot, since, r.RetainedWAL)
 	default:
 		r.Verdict, r.ExitCode, r.Message = verdictHealthy, 0, ""
 	}
+}
+
+// invalidated reports whether PostgreSQL invalidated the slot: wal_status
+// lost, or (16+, 17+) conflicting or an invalidation_reason.
+func (r *statusReport) invalidated() bool {
+	return r.SlotExists && (r.WALStatus == "lost" || r.InvalidationReason != "" || r.Conflicting)
 }
 
 // writeText prints the report as aligned "key: value" lines, the verdict
@@ -362,9 +394,12 @@ func (r *statusReport) writeText(w io.Writer) {
 	if r.SlotExists {
 		add("  plugin", "%s", r.Plugin)
 		add("  database", "%s", r.Database)
-		if r.Active {
+		switch {
+		case r.Active:
 			add("  active", "yes (pid %d)", r.ActivePID)
-		} else {
+		case r.InactiveSince != "":
+			add("  active", "no, since %s (for %s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
+		default:
 			add("  active", "no")
 		}
 		if r.LagBytes == 0 {
@@ -383,6 +418,12 @@ func (r *statusReport) writeText(w io.Writer) {
 			walStatus = "unknown (PostgreSQL before 13)"
 		}
 		add("  wal_status", "%s", walStatus)
+		if r.InvalidationReason != "" {
+			add("  invalidation_reason", "%s", r.InvalidationReason)
+		}
+		if r.Conflicting {
+			add("  conflicting", "yes (with recovery on this standby)")
+		}
 	}
 	add("publication", "%s", r.Publication)
 	add("  exists", "%s", yes(r.PublicationExists))

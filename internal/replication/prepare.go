@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -131,12 +132,14 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, l
 }
 
 func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
-	var plugin, database, walStatus string
+	var plugin, database string
 	var confirmed pglogrepl.LSN
 	var current string
+	var state SlotInfo // the columns that tell an invalidated slot
+	var inactiveSince *time.Time
 	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), coalesce(database, ''), coalesce(confirmed_flush_lsn, '0/0')::text,
-		coalesce(wal_status, ''), current_database() FROM pg_replication_slots WHERE slot_name = $1`, s.Slot).
-		Scan(&plugin, &database, &confirmed, &walStatus, &current)
+		current_database(), coalesce(wal_status, ''), `+slotColumns+` FROM pg_replication_slots s WHERE slot_name = $1`, s.Slot).
+		Scan(&plugin, &database, &confirmed, &current, &state.WALStatus, &state.InvalidationReason, &state.Conflicting, &inactiveSince)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.CreateSlot:
 		return createSlot(ctx, conn, s, log)
@@ -151,9 +154,9 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 	if database != current {
 		return 0, fmt.Errorf("replication slot %q belongs to database %q, not %q: connect to that database or choose another --slot", s.Slot, database, current)
 	}
-	if walStatus == "lost" {
+	if state.Invalidated() {
 		if !s.RecreateSlot {
-			return 0, walLostError(s.Slot, confirmed, nil)
+			return 0, walLostError(s.Slot, confirmed, state.Reason(), nil)
 		}
 		// Asked for by name: the events after confirmed are given up on.
 		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.Slot); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -28,20 +29,71 @@ type SlotInfo struct {
 	// RetainedBytes is CurrentLSN - RestartLSN: WAL kept for this slot.
 	RetainedBytes int64
 	// WALStatus is reserved, extended, unreserved or lost (PostgreSQL 13+;
-	// empty before).
+	// empty before). Since PostgreSQL 16 every invalidated slot is lost,
+	// whatever the reason.
 	WALStatus string
+
+	// The columns newer servers add; zero where the server lacks them.
+	//
+	// InvalidationReason (PostgreSQL 17+) says why PostgreSQL invalidated
+	// the slot: wal_removed, rows_removed, wal_level_insufficient, or
+	// idle_timeout (18+); "" while the slot is valid.
+	InvalidationReason string
+	// Conflicting (PostgreSQL 16+): a logical slot on a standby that was
+	// invalidated by a conflict with recovery (false on a primary).
+	Conflicting bool
+	// InactiveSince (PostgreSQL 17+) is when the slot was last released;
+	// zero while it is active. InactiveFor is how long ago that was, by the
+	// server's clock.
+	InactiveSince time.Time
+	InactiveFor   time.Duration
 }
+
+// Invalidated reports whether PostgreSQL invalidated the slot: it can never
+// stream again.
+func (i SlotInfo) Invalidated() bool {
+	return i.WALStatus == "lost" || i.InvalidationReason != "" || i.Conflicting
+}
+
+// Reason is why the slot was invalidated, as precisely as the server says:
+// its invalidation_reason (17+), "conflict" for a conflicting slot (16),
+// else "" (the WAL was removed: before 16, the only reason).
+func (i SlotInfo) Reason() string {
+	switch {
+	case i.InvalidationReason != "":
+		return i.InvalidationReason
+	case i.Conflicting:
+		return reasonConflict
+	}
+	return ""
+}
+
+// slotColumns reads the columns of a pg_replication_slots row s that only
+// newer servers have, by name from the row as JSON, so that one query
+// serves every version: a column the server lacks reads as NULL.
+// PostgreSQL 16 sets conflicting for a logical slot invalidated for any
+// reason, lost WAL included (17 only for conflicts with recovery), so it
+// counts only on a standby, the only place such a conflict can happen.
+const slotColumns = `coalesce(to_jsonb(s)->>'invalidation_reason', ''),
+	coalesce((to_jsonb(s)->>'conflicting')::bool, false) AND pg_is_in_recovery(),
+	(to_jsonb(s)->>'inactive_since')::timestamptz`
 
 // ReadSlot reads the slot's state on a normal connection.
 func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
 	info := SlotInfo{Name: slot}
 	var pid *int32
+	var inactiveSince *time.Time
+	var inactiveFor *float64
 	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), coalesce(database, ''), active, active_pid,
 			coalesce(confirmed_flush_lsn, '0/0'), coalesce(restart_lsn, '0/0'), pg_current_wal_lsn(),
-			coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0), coalesce(wal_status, '')
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).
+			coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0), coalesce(wal_status, ''), `+slotColumns+`,
+			extract(epoch FROM now() - (to_jsonb(s)->>'inactive_since')::timestamptz)::float8
+		FROM pg_replication_slots s WHERE slot_name = $1`, slot).
 		Scan(&info.Plugin, &info.Database, &info.Active, &pid, &info.ConfirmedFlush, &info.RestartLSN,
-			&info.CurrentLSN, &info.RetainedBytes, &info.WALStatus)
+			&info.CurrentLSN, &info.RetainedBytes, &info.WALStatus, &info.InvalidationReason, &info.Conflicting, &inactiveSince, &inactiveFor)
+	if inactiveSince != nil && inactiveFor != nil {
+		info.InactiveSince, info.InactiveFor = *inactiveSince, time.Duration(*inactiveFor*float64(time.Second))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, fmt.Errorf("%w: %s", ErrSlotMissing, slot)
 	}
