@@ -49,6 +49,7 @@ var badRows = []badRow{
 	{"empty aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', '', 'E', '{}') RETURNING id::text`, `"aggregate_id"`, ""},
 	{"invalid topic", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('no/such topic', 'a1', 'E', '{}') RETURNING id::text`, "topic", ""},
 	{"larger than the broker accepts", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', '"' || repeat('x', 1100000) || '"') RETURNING id::text`, "max-record-bytes", ""},
+	{"reserved header keys", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', '{"id": "x", "event_type": "y"}') RETURNING id::text`, `has key "id", a header cdc-outbox sets itself`, ""},
 	{"invalid UTF-8 key", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', E'caf\xe9', 'E', '{}') RETURNING id::text`, `"aggregate_id": is not valid UTF-8`, sqlASCII},
 }
 
