@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// emptyTransactions is a procedure committing n transactions that reach
+// the streamer with no outbox row: each emits a transactional logical
+// decoding message, which the stream carries (Begin, Message, Commit) and
+// the streamer passes over, like an insert into another table of a shared
+// publication (or, before PostgreSQL 15, any writing transaction). A
+// procedure commits server-side, about 100,000 a second here.
+const emptyTransactions = `CREATE PROCEDURE empty_transactions(n int) LANGUAGE plpgsql AS $$
+BEGIN
+	FOR i IN 1..n LOOP
+		PERFORM pg_logical_emit_message(true, 'load', '');
+		COMMIT;
+	END LOOP;
+END $$`
+
+// TestMemoryBoundedWhileKafkaPaused: with the broker paused and one event
+// in flight, a million transactions without outbox rows commit. Reading
+// does not pause (one event is far below --max-inflight-events), so each
+// of them reaches the checkpoint behind the waiting event; the streamer's
+// peak RSS must stay within 64 MiB, and once the broker is back every
+// event arrives and the slot confirms past the last transaction.
+//
+// Not parallel: it pauses the broker every test shares.
+func TestMemoryBoundedWhileKafkaPaused(t *testing.T) {
+	const transactions = 1_000_000
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	testenv.Exec(t, e.url, emptyTransactions)
+	s := e.start()
+	e.waitStreaming()
+	addr := s.httpAddr()
+	wl := newWorkload(e)
+	wl.prime(ctx)
+
+	resume := brokerFault(t, "pause", "resume")
+	if err := wl.write(ctx, 1, 1, 1, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	testenv.Exec(t, e.url, "CALL empty_transactions($1)", transactions)
+	t.Logf("%d transactions without outbox rows committed in %s", transactions, time.Since(began).Round(time.Millisecond))
+	// A second event after them: once it is in flight, the streamer has
+	// read every transaction before it.
+	if err := wl.write(ctx, 2, 1, 1, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	end := e.currentLSN()
+	eventually(t, 3*time.Minute, "the streamer to read up to the second event (2 in flight)", func() bool {
+		return scrape(t, addr)["cdc_outbox_inflight_events"] == 2
+	})
+	peak := peakRSS(t, s.cmd.Process.Pid)
+	t.Logf("read %d transactions behind a paused broker in %s; streamer peak RSS %.1f MiB",
+		transactions, time.Since(began).Round(time.Millisecond), float64(peak)/(1<<20))
+	resume()
+
+	wl.check([]string{"payment"}, "after the broker pause")
+	eventually(t, time.Minute, "the slot to confirm past the last transaction", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return confirmed >= end
+	})
+	if peak > 64<<20 {
+		t.Errorf("peak RSS %.1f MiB, want at most 64 MiB", float64(peak)/(1<<20))
+	}
+	s.stop()
+}
+
+// TestShutdownWithKafkaPausedIsNoBadEvent: SIGTERM while the broker is
+// paused with events in flight. After --shutdown-timeout the producer is
+// closed and fails those records with a closed-client error: that is a
+// shutdown, not a bad event. The streamer exits 0, logs no bad event or
+// refusal, and the next start delivers the events.
+//
+// Not parallel: it pauses the broker every test shares.
+func TestShutdownWithKafkaPausedIsNoBadEvent(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	s := e.start("--shutdown-timeout", "1s")
+	e.waitStreaming()
+	addr := s.httpAddr()
+	wl := newWorkload(e)
+	wl.prime(ctx)
+
+	resume := brokerFault(t, "pause", "resume")
+	if err := wl.write(ctx, 1, 20, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the events to be in flight", func() bool {
+		return scrape(t, addr)["cdc_outbox_inflight_events"] == 20
+	})
+	s.stop()
+	log := s.logText()
+	for _, bad := range []string{"bad event", "refused", `"level":"ERROR"`} {
+		if strings.Contains(log, bad) {
+			t.Fatalf("shutdown with Kafka paused logged %q:\n%s", bad, log)
+		}
+	}
+	if !strings.Contains(log, "records still in flight will be sent again on the next start") {
+		t.Fatalf("no word of the records left in flight:\n%s", log)
+	}
+	resume()
+	s = e.start()
+	wl.check([]string{"payment"}, "after a shutdown with the broker paused")
+	s.stop()
+}
