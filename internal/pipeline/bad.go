@@ -163,11 +163,12 @@ func refusalHint(err error) string {
 	case errors.Is(err, kerr.CorruptMessage):
 		return "; the broker found the record batch corrupt (CRC mismatch): check the network and the broker, and --kafka-compression"
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
-		return "; create the topic, or allow auto-creation (broker auto.create.topics.enable and --kafka-auto-create-topics)"
+		return "; create the topic, or allow auto-creation (broker auto.create.topics.enable and --kafka-auto-create-topics); " +
+			"if both allow it, the broker refused to create it (a name that differs from an existing topic's only in '.' and '_' collides with it): see the broker's log"
 	case errors.Is(err, kerr.TopicAuthorizationFailed):
 		return "; grant the producer WRITE on the topic"
 	case errors.Is(err, kerr.InvalidTopicException):
-		return "; the broker does not accept this topic name (invalid, or it collides with an existing topic that differs only in '.' and '_'): check --topic and the row's columns it uses"
+		return "; the broker does not accept this topic name (invalid, or an internal topic such as __consumer_offsets): check --topic and the row's columns it uses"
 	}
 	if advice := sink.Advice(err); advice != "" {
 		return "; " + advice
