@@ -208,7 +208,7 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	if ts := pd.rec.Timestamp; ts.After(time.Now().Add(MaxTimestampAhead)) {
 		p.obs.TimestampReplaced()
 		p.log.Warn("created_at is too far ahead for Kafka, which refuses timestamps more than an hour ahead by default: the record carries the produce time instead. Check the writer's clock, or whether the column is timestamp without time zone written in local time",
-			"event_id", p.mapper.EventID(p.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead)
+			"event_id", p.mapper.EventID(p.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
 		pd.rec.Timestamp = time.Time{}
 	}
 	pd.size = recordSize(&pd.rec)
