@@ -54,8 +54,20 @@ func TestMemoryBoundedWhileKafkaPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := e.currentLSN()
-	eventually(t, 3*time.Minute, "the streamer to read up to the second event (2 in flight)", func() bool {
-		return scrape(t, addr)["cdc_outbox_inflight_events"] == 2
+	// How long reading a million transactions takes depends on the CPU the
+	// streamer and the walsender get (half a minute on an idle machine,
+	// minutes with both cores saturated), so the deadline is on progress:
+	// transactions received, counted by the receive latency histogram.
+	received, lastMoved := -1.0, time.Now()
+	eventually(t, 15*time.Minute, "the streamer to read up to the second event (2 in flight)", func() bool {
+		m := scrape(t, addr)
+		if n := m["cdc_outbox_receive_latency_seconds_count"]; n != received {
+			received, lastMoved = n, time.Now()
+		}
+		if time.Since(lastMoved) > time.Minute {
+			t.Fatalf("no transaction received for a minute; %.0f so far, %v in flight", received, m["cdc_outbox_inflight_events"])
+		}
+		return m["cdc_outbox_inflight_events"] == 2
 	})
 	peak := peakRSS(t, s.cmd.Process.Pid)
 	t.Logf("read %d transactions behind a paused broker in %s; streamer peak RSS %.1f MiB",
