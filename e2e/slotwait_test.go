@@ -76,7 +76,14 @@ func TestSlotCreationBlocked(t *testing.T) {
 			}
 			wl.check([]string{"payment"}, "after the blocker ended")
 			s.stop()
-			testenv.Exec(t, e.url, `SELECT pg_drop_replication_slot($1)`, e.slot)
+			// The walsender releases the slot after the streamer exits:
+			// drop it once it is inactive.
+			eventually(t, 30*time.Second, "the slot to be released and dropped", func() bool {
+				_, err := e.pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, e.slot)
+				var left int
+				_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&left)
+				return err == nil && left == 0
+			})
 			testenv.Exec(t, e.url, `COMMENT ON PUBLICATION cdc_outbox IS NULL`)
 		})
 	}
