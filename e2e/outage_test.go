@@ -35,6 +35,7 @@ func TestMemoryBoundedWhileKafkaPaused(t *testing.T) {
 	e := newEnv(t)
 	ctx := testenv.Context(t)
 	testenv.Exec(t, e.url, emptyTransactions)
+	createTopic(t, e.topic("payment"), nil) // no auto-creation right after another test resumed the broker
 	s := e.start()
 	e.waitStreaming()
 	addr := s.httpAddr()
@@ -95,6 +96,7 @@ func TestMemoryBoundedWhileKafkaPaused(t *testing.T) {
 func TestShutdownWithKafkaPausedIsNoBadEvent(t *testing.T) {
 	e := newEnv(t)
 	ctx := testenv.Context(t)
+	createTopic(t, e.topic("payment"), nil) // no auto-creation right after another test resumed the broker
 	s := e.start("--shutdown-timeout", "1s")
 	e.waitStreaming()
 	addr := s.httpAddr()

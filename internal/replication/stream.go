@@ -514,7 +514,28 @@ func (s *Stream) drain(conn *pgconn.PgConn) error {
 	if n := s.h.InFlight(); n > 0 {
 		s.log.Warn("shutdown timeout: records still in flight will be sent again on the next start", "in_flight", n)
 	}
-	return s.status(conn, time.Now(), true)
+	if err := s.status(conn, time.Now(), true); err != nil {
+		return err
+	}
+	s.endCopy(conn)
+	return nil
+}
+
+// endCopy ends the replication stream the way the protocol does: CopyDone,
+// then read (and drop) what the server still sends until it answers. The
+// server handles messages in order, so its answer means it has applied the
+// final status update. Closing without it loses that update when the
+// server's messages are still unread: the kernel then resets the
+// connection, and a reset discards what the server had not yet read, the
+// last position included, so the next start repeats events it need not.
+func (s *Stream) endCopy(conn *pgconn.PgConn) {
+	const wait = 5 * time.Second
+	if err := conn.Conn().SetDeadline(time.Now().Add(wait)); err != nil {
+		return
+	}
+	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
+		s.log.Debug("the server did not confirm the end of the stream", "error", err)
+	}
 }
 
 // settle is drain on the way out with another error: the records before a
