@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
@@ -35,7 +38,8 @@ func TestMemoryBoundedWhileKafkaPaused(t *testing.T) {
 	e := newEnv(t)
 	ctx := testenv.Context(t)
 	testenv.Exec(t, e.url, emptyTransactions)
-	createTopic(t, e.topic("payment"), nil) // no auto-creation right after another test resumed the broker
+	createTopic(t, e.topic("payment"), nil)
+	waitLeader(t, e.topic("payment"))
 	s := e.start()
 	e.waitStreaming()
 	addr := s.httpAddr()
@@ -84,6 +88,51 @@ func TestMemoryBoundedWhileKafkaPaused(t *testing.T) {
 		t.Errorf("peak RSS %.1f MiB, want at most 64 MiB", float64(peak)/(1<<20))
 	}
 	s.stop()
+	// Paused this long, the broker lost its session with the controller;
+	// leave it serving new topics again for the tests that follow.
+	probe := testenv.Name("probe")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = kadm.NewClient(testenv.KafkaClient(t)).DeleteTopics(ctx, probe)
+	})
+	eventually(t, 2*time.Minute, "the broker to serve a new topic after the pause", func() bool {
+		adm := kadm.NewClient(testenv.KafkaClient(t))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = adm.CreateTopic(ctx, 1, 1, nil, probe)
+		return hasLeader(ctx, adm, probe)
+	})
+}
+
+// waitLeader waits until topic's partition has a leader: right after a
+// broker pause the broker may not host a new topic's partition yet, and a
+// producer gives up on a partition it is told is unknown.
+func waitLeader(t *testing.T, topic string) {
+	t.Helper()
+	adm := kadm.NewClient(testenv.KafkaClient(t))
+	eventually(t, 2*time.Minute, "topic "+topic+" to have a leader", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return hasLeader(ctx, adm, topic)
+	})
+}
+
+func hasLeader(ctx context.Context, adm *kadm.Client, topic string) bool {
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return false
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil || len(td.Partitions) == 0 {
+		return false
+	}
+	for _, p := range td.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // TestShutdownWithKafkaPausedIsNoBadEvent: SIGTERM while the broker is
@@ -96,7 +145,8 @@ func TestMemoryBoundedWhileKafkaPaused(t *testing.T) {
 func TestShutdownWithKafkaPausedIsNoBadEvent(t *testing.T) {
 	e := newEnv(t)
 	ctx := testenv.Context(t)
-	createTopic(t, e.topic("payment"), nil) // no auto-creation right after another test resumed the broker
+	createTopic(t, e.topic("payment"), nil)
+	waitLeader(t, e.topic("payment"))
 	s := e.start("--shutdown-timeout", "1s")
 	e.waitStreaming()
 	addr := s.httpAddr()
