@@ -188,8 +188,12 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) 
 			"creating it again would skip every change committed since it was dropped. Re-publish the outbox rows committed since then "+
 			"from the table, then start once with --recreate-slot", s.Slot, comment)
 	}
-	var lsn string
-	if err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, s.Slot).Scan(&lsn); err != nil {
+	lsn, err := createSlotWatched(ctx, conn, s.Slot, log)
+	if err != nil && ctx.Err() != nil {
+		return 0, fmt.Errorf("create replication slot %s: gave up waiting for the transactions that were running in the cluster to end "+
+			"(the log names them: end them, then start again): %w", s.Slot, err)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("create replication slot %s: %w", s.Slot, err)
 	}
 	start, err := pglogrepl.ParseLSN(lsn)
