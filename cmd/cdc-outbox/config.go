@@ -12,6 +12,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // runConfig is everything `cdc-outbox run` is told.
@@ -68,7 +69,7 @@ func runFlags(c *runConfig) *flags {
 	m := mapping.DefaultConfig()
 
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
-	f.String(&c.Table, "table", "public.outbox", tableHelp)
+	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
 	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // statusConfig is everything `cdc-outbox status` is told. The connection
@@ -36,7 +37,7 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
-	f.String(&c.Table, "table", "public.outbox", tableHelp)
+	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
 	f.Bool(&c.JSON, "json", false, "print one JSON object instead of text")
 	f.Duration(&c.Timeout, "timeout", 10*time.Second, "give up connecting and reading after this long")
 	return f

@@ -15,6 +15,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // bad applies the bad-event policy to a row that cannot be published.
@@ -58,7 +59,7 @@ func (p *Pipeline) deadLetterRecord(pd *pending, id string, lsn pglogrepl.LSN, r
 		Topic: p.cfg.DeadLetterTopic,
 		Key:   []byte(id),
 		Headers: []kgo.RecordHeader{
-			{Key: mapping.HeaderID, Value: []byte(id)},
+			{Key: contract.HeaderID, Value: []byte(id)},
 			{Key: "error", Value: []byte(reason.Error())},
 			{Key: "lsn", Value: []byte(lsn.String())},
 			// The table as named when the row was written.
@@ -66,7 +67,7 @@ func (p *Pipeline) deadLetterRecord(pd *pending, id string, lsn pglogrepl.LSN, r
 		},
 	}
 	if src := p.mapper.Source(); src != nil {
-		pd.rec.Headers = append(pd.rec.Headers, kgo.RecordHeader{Key: mapping.HeaderSource, Value: src})
+		pd.rec.Headers = append(pd.rec.Headers, kgo.RecordHeader{Key: contract.HeaderSource, Value: src})
 	}
 	if id == "" {
 		id = "(no id)"

@@ -28,6 +28,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // Bad-event policies.
@@ -407,7 +408,7 @@ func (p *Pipeline) fail(err error) {
 // eventID reads the id header the mapping put first.
 func eventID(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == mapping.HeaderID {
+		if h.Key == contract.HeaderID {
 			return string(h.Value)
 		}
 	}
