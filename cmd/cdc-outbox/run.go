@@ -264,11 +264,11 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			}
 			return time.Time{}, false
 		},
-		Skipped: func() decoder.SkipCounts {
-			if dp := parts.Load(); dp != nil {
-				return dp.pipe.Skipped()
-			}
-			return decoder.SkipCounts{}
+		Skipped: map[string]func() float64{
+			decoder.SkipUpdate:     read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Update) }),
+			decoder.SkipDelete:     read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Delete) }),
+			decoder.SkipTruncate:   read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Truncate) }),
+			decoder.SkipOtherTable: read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().OtherTable) }),
 		},
 	}
 }
