@@ -170,18 +170,6 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	c.Mapping.Source = source
 
 	tracker := checkpoint.New(start)
-	p, err := pipeline.New(pipeline.Config{
-		Mapping:           c.Mapping,
-		OnBadEvent:        c.OnBadEvent,
-		DeadLetterTopic:   c.DeadLetterTopic,
-		MaxInflightEvents: c.MaxInflightEvents,
-		MaxInflightBytes:  int64(c.MaxInflightBytes),
-		MaxRecordBytes:    c.MaxRecordBytes,
-	}, tracker, catalog, log)
-	if err != nil {
-		return err
-	}
-	p.SetObserver(m)
 	snk, err := sink.New(sink.Config{
 		Brokers:     c.brokers(),
 		Linger:      c.KafkaLinger,
@@ -192,7 +180,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxRecordBytes:     c.MaxRecordBytes,
 		AutoCreateTopics:   c.KafkaAutoCreateTopics,
 		Opts:               append([]kgo.Opt{kgo.WithHooks(m.Hooks()...)}, kafkaOpts...),
-	}, log, p.Ack)
+	}, log)
 	if err != nil {
 		return err
 	}
@@ -204,7 +192,17 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		bg.stop()
 		snk.Close()
 	}()
-	p.SetSink(snk)
+	p, err := pipeline.New(pipeline.Config{
+		Mapping:           c.Mapping,
+		OnBadEvent:        c.OnBadEvent,
+		DeadLetterTopic:   c.DeadLetterTopic,
+		MaxInflightEvents: c.MaxInflightEvents,
+		MaxInflightBytes:  int64(c.MaxInflightBytes),
+		MaxRecordBytes:    c.MaxRecordBytes,
+	}, tracker, catalog, snk, m, log)
+	if err != nil {
+		return err
+	}
 
 	st := replication.New(replication.Config{
 		URL:               c.PostgresURL,

@@ -60,9 +60,12 @@ type Catalog interface {
 	Classify(rel *decoder.Relation) (role decoder.Role, why string, err error)
 }
 
-// Producer is the sink as the pipeline sees it.
+// Producer is the sink as the pipeline sees it: franz-go's Produce. It
+// hands r to the client and returns at once, without waiting on the broker;
+// promise is called once with the broker's answer (nil once it has the
+// record), serially and in order per partition, as franz-go calls promises.
 type Producer interface {
-	Produce(r *kgo.Record)
+	Produce(r *kgo.Record, promise func(*kgo.Record, error))
 }
 
 // Pipeline implements replication.Handler.
@@ -73,6 +76,7 @@ type Pipeline struct {
 	mapper  *mapping.Mapper
 	ckpt    *checkpoint.Tracker
 	sink    Producer
+	promise func(*kgo.Record, error) // ack, made once: a method value per record would allocate
 	log     *slog.Logger
 
 	// unmapped says, for each relation the catalog could not map, why.
@@ -124,9 +128,8 @@ func (noObserver) Received(int64)      {}
 func (noObserver) Bad(string)          {}
 func (noObserver) TimestampReplaced()  {}
 
-// New builds a pipeline. The sink is attached with SetSink, because the
-// sink's acknowledgement callback is the pipeline's Ack.
-func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, log *slog.Logger) (*Pipeline, error) {
+// New builds a pipeline that produces to sink; obs may be nil.
+func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, obs Observer, log *slog.Logger) (*Pipeline, error) {
 	m, err := mapping.New(cfg.Mapping)
 	if err != nil {
 		return nil, err
@@ -140,27 +143,27 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, log *slog.Logger
 	default:
 		return nil, fmt.Errorf("unknown bad-event policy %q: use %s or %s", cfg.OnBadEvent, Fail, DeadLetter)
 	}
+	if obs == nil {
+		obs = noObserver{}
+	}
 	wanted := m.Columns()
-	return &Pipeline{
+	p := &Pipeline{
 		cfg:      cfg,
 		dec:      decoder.New(wanted),
 		catalog:  catalog,
 		mapper:   m,
 		ckpt:     ckpt,
+		sink:     sink,
 		log:      log.With("component", "pipeline"),
 		unmapped: make(map[uint32]string),
 		cols:     make([]mapping.Column, len(wanted)),
 		room:     make(chan struct{}, 1),
 		failed:   make(chan error, 1),
-		obs:      noObserver{},
-	}, nil
+		obs:      obs,
+	}
+	p.promise = p.ack
+	return p, nil
 }
-
-// SetSink attaches the producer; call it before streaming starts.
-func (p *Pipeline) SetSink(s Producer) { p.sink = s }
-
-// SetObserver attaches metrics; call it before streaming starts.
-func (p *Pipeline) SetObserver(o Observer) { p.obs = o }
 
 // Skipped counts the changes that were not published, by reason.
 func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
@@ -344,11 +347,11 @@ func (p *Pipeline) send(pd *pending) {
 	p.ckpt.Add(pd.tx, 1)
 	p.inflight.Add(1)
 	p.inflightBytes.Add(pd.size)
-	p.sink.Produce(&pd.rec)
+	p.sink.Produce(&pd.rec, p.promise)
 }
 
-// Ack is the sink's acknowledgement callback.
-func (p *Pipeline) Ack(r *kgo.Record, err error) {
+// ack is the promise of every record: the broker's answer.
+func (p *Pipeline) ack(r *kgo.Record, err error) {
 	pd := r.Context.(*pending)
 	switch {
 	case err == nil:

@@ -91,7 +91,7 @@ func (p *Pipeline) isolate() bool {
 	if pd != nil {
 		// Outside the lock: the client may call Ack before Produce
 		// returns.
-		p.sink.Produce(&pd.rec)
+		p.sink.Produce(&pd.rec, p.promise)
 	}
 	return true
 }
