@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -28,47 +29,134 @@ var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_
 // new connection.
 var ErrServerSilent = errors.New("PostgreSQL stopped answering on the replication connection")
 
-// SQLSTATE codes the streamer decides on.
+// Cause is what an error from PostgreSQL means to the streamer. CauseOf
+// decides it by the error's SQLSTATE; the server's message text, which
+// lc_messages translates, is read only where PostgreSQL gives several
+// causes one code.
+type Cause int
+
+// The causes CauseOf tells apart.
 const (
-	codeObjectInUse        = "55006" // replication slot is active for PID ...
-	codeUndefinedObject    = "42704" // slot or publication does not exist
-	codeInvalidPassword    = "28P01"
-	codeInvalidAuthSpec    = "28000"
-	codeInsufficientPriv   = "42501"
-	codeInvalidCatalogName = "3D000" // database does not exist
-	codeObjectNotInState   = "55000" // e.g. the slot can no longer get changes (WAL removed)
-	codeFeatureNotSupport  = "0A000"
-	codeUndefinedFile      = "58P01" // requested WAL segment has already been removed
+	// CauseNetwork: no SQLSTATE at all: a network error, EOF, a timeout.
+	// Reconnecting heals it.
+	CauseNetwork Cause = iota
+	// CauseServer: a server error none of the others; the server restarting
+	// (57P01 admin_shutdown), a recovery conflict. Reconnecting may heal it.
+	CauseServer
+	// CauseSlotInUse (55006 object_in_use): another process streams from
+	// the slot. A hot standby waits for it.
+	CauseSlotInUse
+	// CauseSlotMissing (42704 undefined_object, about a replication slot).
+	CauseSlotMissing
+	// CausePublicationMissing (42704 undefined_object, about a publication).
+	CausePublicationMissing
+	// CauseUndefinedObject (42704) about anything else.
+	CauseUndefinedObject
+	// CauseWALLost: the slot can never stream the changes it holds: it was
+	// invalidated (55000 object_not_in_prerequisite_state, saying it can no
+	// longer get changes or was invalidated), or a WAL segment it needs was
+	// removed (58P01 undefined_file).
+	CauseWALLost
+	// CausePrerequisite (55000) otherwise: a slot of another database,
+	// wal_level too low.
+	CausePrerequisite
+	// CauseFileMissing (58P01) otherwise.
+	CauseFileMissing
+	// CausePassword (28P01 invalid_password): the password was refused.
+	CausePassword
+	// CausePgHBA (28000 invalid_authorization_specification, from
+	// pg_hba.conf): no rule lets the role connect this way.
+	CausePgHBA
+	// CauseAuthorization (28000) otherwise: the role does not exist, or may
+	// not log in.
+	CauseAuthorization
+	// CausePrivilege (42501 insufficient_privilege).
+	CausePrivilege
+	// CauseNoDatabase (3D000 invalid_catalog_name): the database does not
+	// exist.
+	CauseNoDatabase
+	// CauseUnsupported (0A000 feature_not_supported).
+	CauseUnsupported
 )
 
-// sqlState returns the SQLSTATE of a server error, or "".
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
-
-// walLost reports whether a server error says the slot's WAL is gone: the
-// slot was invalidated (START_REPLICATION: "cannot read from logical
-// replication slot", the SQL functions: "can no longer get changes from
-// replication slot", both with the detail "This slot has been invalidated
-// because it exceeded the maximum reserved size"), or a WAL segment it
-// needs was removed. Other errors of the same SQLSTATE (a slot of another
-// database, wal_level too low) are not this.
-func walLost(err error) bool {
+// CauseOf says what err, an error of a connection to PostgreSQL (wrapped
+// or not), means. It is the one place that reads SQLSTATEs.
+func CauseOf(err error) Cause {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
-		return false
+		return CauseNetwork
 	}
 	switch pgErr.Code {
-	case codeUndefinedFile:
-		return strings.Contains(pgErr.Message, "has already been removed")
-	case codeObjectNotInState:
-		return strings.Contains(pgErr.Message, "can no longer get changes") || strings.Contains(pgErr.Detail, "invalidated")
+	case pgerrcode.ObjectInUse:
+		return CauseSlotInUse
+	case pgerrcode.UndefinedObject:
+		// One code for a missing slot and a missing publication; the
+		// English text tells them apart (START_REPLICATION names the slot:
+		// `replication slot "x" does not exist`; pgoutput the publication:
+		// `publication "x" does not exist`).
+		switch {
+		case strings.Contains(pgErr.Message, "replication slot"):
+			return CauseSlotMissing
+		case strings.Contains(pgErr.Message, "publication"):
+			return CausePublicationMissing
+		}
+		return CauseUndefinedObject
+	case pgerrcode.ObjectNotInPrerequisiteState:
+		// One code for many unmet prerequisites. An invalidated slot says
+		// "cannot read from logical replication slot" (START_REPLICATION)
+		// or "can no longer get changes from replication slot" (the SQL
+		// functions), with the detail "This slot has been invalidated
+		// because ...". Callers that can read the slot's row ask it
+		// instead (Stream.explain), in any language.
+		if strings.Contains(pgErr.Message, "can no longer get changes") || strings.Contains(pgErr.Detail, "invalidated") {
+			return CauseWALLost
+		}
+		return CausePrerequisite
+	case pgerrcode.UndefinedFile:
+		// "requested WAL segment ... has already been removed"
+		if strings.Contains(pgErr.Message, "has already been removed") {
+			return CauseWALLost
+		}
+		return CauseFileMissing
+	case pgerrcode.InvalidPassword:
+		return CausePassword
+	case pgerrcode.InvalidAuthorizationSpecification:
+		// One code for a pg_hba.conf rejection and for a role that does
+		// not exist or may not log in; only the first names the file.
+		if strings.Contains(pgErr.Message, "pg_hba.conf") {
+			return CausePgHBA
+		}
+		return CauseAuthorization
+	case pgerrcode.InsufficientPrivilege:
+		return CausePrivilege
+	case pgerrcode.InvalidCatalogName:
+		return CauseNoDatabase
+	case pgerrcode.FeatureNotSupported:
+		return CauseUnsupported
+	}
+	return CauseServer
+}
+
+// Retryable reports whether streaming may resume after an error of this
+// cause by reconnecting. Network failures and server restarts are
+// retryable, and so is a slot in use (a hot standby waits); errors that a
+// new connection would only repeat (a missing slot or publication, lost
+// WAL, authentication, permissions) are not: they need a person, and
+// retrying them forever would hide the outage.
+func (c Cause) Retryable() bool {
+	switch c {
+	case CauseNetwork, CauseServer, CauseSlotInUse:
+		return true
 	}
 	return false
+}
+
+// publicationSkipped reports whether a notice is PostgreSQL 18's warning
+// that pgoutput skipped publication (55000, `skipped loading publication
+// "x"`): told by its SQLSTATE and the publication's quoted name, which
+// translations of the message keep.
+func publicationSkipped(n *pgconn.PgError, publication string) bool {
+	return n.Code == pgerrcode.ObjectNotInPrerequisiteState && strings.Contains(n.Message, `"`+publication+`"`)
 }
 
 // reasonConflict is SlotInfo.Reason for a slot that PostgreSQL 16 reports
@@ -158,35 +246,16 @@ func ExplainConnect(err error) error {
 	if !errors.As(err, &pgErr) {
 		return err
 	}
-	switch {
-	case pgErr.Code == codeInvalidPassword:
+	switch CauseOf(pgErr) {
+	case CausePassword:
 		return fmt.Errorf("%w: check the password (in --postgres-url, PGPASSWORD or ~/.pgpass) and that the role has one set "+
 			"(ALTER ROLE ... PASSWORD, or sql/role.sql)", err)
-	case pgErr.Code == codeInvalidAuthSpec && strings.Contains(pgErr.Message, "pg_hba.conf"):
+	case CausePgHBA:
 		return fmt.Errorf("%w: the server's pg_hba.conf does not let this role connect this way: for cdc-outbox, allow the role on the outbox's "+
 			"database (a logical replication connection matches the database name), over TLS with scram-sha-256 (hostssl), "+
 			"and connect with sslmode=verify-full", err)
 	}
 	return err
-}
-
-// slotInUse reports whether err says another backend holds the slot.
-func slotInUse(err error) bool { return sqlState(err) == codeObjectInUse }
-
-// retryable reports whether streaming may resume after err by reconnecting.
-// Network failures and server restarts are retryable; errors that a new
-// connection would only repeat (a missing slot or publication, lost WAL,
-// authentication, permissions) are not: they need a person, and retrying
-// them forever would hide the outage.
-func retryable(err error) bool {
-	switch sqlState(err) {
-	case "":
-		return true // network errors, EOF, timeouts
-	case codeUndefinedObject, codeInvalidPassword, codeInvalidAuthSpec, codeInsufficientPriv,
-		codeInvalidCatalogName, codeObjectNotInState, codeFeatureNotSupport, codeUndefinedFile:
-		return false
-	}
-	return true
 }
 
 // isTimeout reports whether err is the read deadline the stream loop sets

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 
@@ -34,8 +35,8 @@ func TestWALLost(t *testing.T) {
 		{errors.New("EOF"), false},
 	}
 	for _, tc := range tests {
-		if got := walLost(tc.err); got != tc.want {
-			t.Errorf("walLost(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := CauseOf(tc.err) == CauseWALLost; got != tc.want {
+			t.Errorf("CauseOf(%v) == CauseWALLost is %v, want %v", tc.err, got, tc.want)
 		}
 	}
 
@@ -46,6 +47,47 @@ func TestWALLost(t *testing.T) {
 	for _, want := range []string{`"s"`, "0/152E2B0", "skipped, not delayed", "--recreate-slot", "max_slot_wal_keep_size", "exceeded the maximum reserved size"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the explanation lacks %q: %v", want, err)
+		}
+	}
+}
+
+// TestCauseOf: every cause the streamer decides on, by SQLSTATE. The
+// server's words are read only where one code has several causes (42704
+// for a slot or a publication, 28000 for pg_hba.conf or a role, 55000 and
+// 58P01 for lost WAL or something else); elsewhere a translated message
+// (lc_messages = 'de_DE') is classified as the English one.
+func TestCauseOf(t *testing.T) {
+	pg := func(code, message string) error { return &pgconn.PgError{Code: code, Message: message} }
+	for _, tc := range []struct {
+		err       error
+		want      Cause
+		retryable bool
+	}{
+		{errors.New("EOF"), CauseNetwork, true},
+		{fmt.Errorf("receive message: %w", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}), CauseNetwork, true},
+		{pg("57P01", "terminating connection due to administrator command"), CauseServer, true},
+		{pg("55006", `replication slot "s" is active for PID 42`), CauseSlotInUse, true},
+		{pg("55006", `Replikations-Slot »s« ist aktiv für PID 42`), CauseSlotInUse, true},
+		{fmt.Errorf("start replication: %w", pg("42704", `replication slot "s" does not exist`)), CauseSlotMissing, false},
+		{pg("42704", `publication "p" does not exist`), CausePublicationMissing, false},
+		{pg("42704", `type "x" does not exist`), CauseUndefinedObject, false},
+		{pg("55000", `can no longer get changes from replication slot "s"`), CauseWALLost, false},
+		{&pgconn.PgError{Code: "55000", Message: `cannot read from logical replication slot "s"`, Detail: "This slot has been invalidated because it exceeded the maximum reserved size."}, CauseWALLost, false},
+		{pg("58P01", "requested WAL segment 000000010000000000000001 has already been removed"), CauseWALLost, false},
+		{pg("58P01", `could not open file "x"`), CauseFileMissing, false},
+		{pg("55000", `replication slot "s" was not created in this database`), CausePrerequisite, false},
+		{pg("28P01", `password authentication failed for user "u"`), CausePassword, false},
+		{pg("28P01", `Passwort-Authentifizierung für Benutzer »u« fehlgeschlagen`), CausePassword, false},
+		{pg("28000", `pg_hba.conf rejects connection for host "127.0.0.1", user "u", database "d", no encryption`), CausePgHBA, false},
+		{pg("28000", `role "u" does not exist`), CauseAuthorization, false},
+		{pg("42501", "permission denied for table outbox"), CausePrivilege, false},
+		{pg("42501", "keine Berechtigung für Tabelle outbox"), CausePrivilege, false},
+		{pg("3D000", `database "d" does not exist`), CauseNoDatabase, false},
+		{pg("0A000", "logical decoding requires a database connection"), CauseUnsupported, false},
+	} {
+		got := CauseOf(tc.err)
+		if got != tc.want || got.Retryable() != tc.retryable {
+			t.Errorf("CauseOf(%v) = %d (retryable %v), want %d (retryable %v)", tc.err, got, got.Retryable(), tc.want, tc.retryable)
 		}
 	}
 }

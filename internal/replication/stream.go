@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -126,7 +127,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			return nil
 		}
 		var f fatal
-		if errors.As(err, &f) || !retryable(err) {
+		if errors.As(err, &f) || !CauseOf(err).Retryable() {
 			return err
 		}
 		s.h.Lost()
@@ -135,7 +136,7 @@ func (s *Stream) Run(ctx context.Context) error {
 		}
 		wait := retryMin
 		switch {
-		case slotInUse(err):
+		case CauseOf(err) == CauseSlotInUse:
 			// A hot standby: poll often enough to take over within seconds
 			// of the active instance's death, log rarely.
 			if standbySince.IsZero() {
@@ -233,13 +234,13 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 		return err
 	}
 	confirmed := s.pos.Confirmed()
-	switch {
-	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot"):
+	switch cause := CauseOf(pgErr); {
+	case cause == CauseSlotMissing:
 		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
 			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
-	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
+	case cause == CausePublicationMissing:
 		return s.publicationGone(err)
-	case pgErr.Code == codeObjectNotInState || pgErr.Code == codeUndefinedFile:
+	case pgErr.Code == pgerrcode.ObjectNotInPrerequisiteState || pgErr.Code == pgerrcode.UndefinedFile:
 		// The slot's own row says whether it was invalidated and why
 		// (invalidation_reason, PostgreSQL 17+), whatever language the
 		// server speaks; the error's text is the fallback when the
@@ -247,7 +248,7 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 		if state, ok := s.slotState(conn); ok && state.Invalidated() {
 			return walLostError(s.cfg.Slot, confirmed, state.Reason(), err)
 		}
-		if walLost(err) {
+		if cause == CauseWALLost {
 			return walLostError(s.cfg.Slot, confirmed, "", err)
 		}
 	}
@@ -278,7 +279,7 @@ func (s *Stream) publicationGone(cause error) error {
 // notices are logged.
 func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
 	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
-	if n.Code == codeObjectNotInState && strings.Contains(n.Message, `"`+s.cfg.Publication+`"`) {
+	if publicationSkipped(n, s.cfg.Publication) {
 		return fatal{s.publicationGone(n)}
 	}
 	s.log.Warn("PostgreSQL sent a notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message, "detail", n.Detail)
