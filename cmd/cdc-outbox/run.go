@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -108,8 +107,6 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	// here once built, and metrics read 0 until then.
 	var parts atomic.Pointer[dataPath]
 	var kafkaUp kafkaState
-	var published atomic.Bool // the outbox table is in the publication, as last checked
-	published.Store(true)
 	src := sources(&parts)
 	src.Ready = func() (bool, string) {
 		dp := parts.Load()
@@ -117,7 +114,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		if dp == nil || !dp.stream.Connected() {
 			missing = append(missing, "not streaming from PostgreSQL (starting, reconnecting, or another instance holds the slot)")
 		}
-		if !published.Load() {
+		if dp != nil && !dp.monitor.Published() {
 			missing = append(missing, fmt.Sprintf("table %s is not in publication %s, or not wholly: inserts into it are not streamed", table, c.Publication))
 		}
 		if up, reason := kafkaUp.state(); !up {
@@ -213,11 +210,19 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		ReceiveTimeout:    c.ReceiveTimeout,
 		ShutdownTimeout:   c.ShutdownTimeout,
 	}, p, tracker, log)
-	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p})
+	outbox := catalog.Outbox()
+	monitor := replication.NewMonitor(replication.MonitorConfig{
+		URL:         c.PostgresURL,
+		Slot:        c.Slot,
+		Publication: c.Publication,
+		Table:       table,
+		Outbox:      outbox,
+		Interval:    c.SlotPollInterval,
+	}, m, log)
+	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor})
 
 	bg.goLoop(func(ctx context.Context) { pingKafka(ctx, snk, &kafkaUp, m, log) })
-	outbox := catalog.Outbox()
-	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c, outbox, &published, m, log) })
+	bg.goLoop(monitor.Run)
 
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
@@ -229,9 +234,10 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 
 // dataPath is what metrics read at scrape time.
 type dataPath struct {
-	ckpt   *checkpoint.Tracker
-	stream *replication.Stream
-	pipe   *pipeline.Pipeline
+	ckpt    *checkpoint.Tracker
+	stream  *replication.Stream
+	pipe    *pipeline.Pipeline
+	monitor *replication.Monitor
 }
 
 // sources reads the data path's state for metrics; every value is zero
@@ -378,98 +384,4 @@ func openCatalog(ctx context.Context, c *runConfig) (*replication.Catalog, error
 		Required:    []string{c.Mapping.IDColumn, c.Mapping.AggregateTypeColumn, c.Mapping.AggregateIDColumn, c.Mapping.EventTypeColumn, c.Mapping.PayloadColumn},
 		Timeout:     catalogTimeout,
 	})
-}
-
-// pollSlot reads the slot's state on a normal connection every
-// --slot-poll-interval: retained WAL, active, wal_status. The database's
-// view is the one that matters when the streamer itself is stuck. It also
-// checks that the publication still publishes the whole outbox, comparing
-// relations: a table dropped and created again silently leaves it, and a
-// partition or inheritance child the publication misses is never sent.
-func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, published *atomic.Bool, m *metrics.Metrics, log *slog.Logger) {
-	table := outboxTable(c.Table)
-	var conn *pgx.Conn
-	var walStatus string // as last read
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-	}()
-	for {
-		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		var err error
-		if conn == nil || conn.IsClosed() {
-			conn, err = pgx.Connect(qctx, c.PostgresURL)
-			if err != nil {
-				conn = nil
-			}
-		}
-		if err == nil {
-			var info replication.SlotInfo
-			info, err = replication.ReadSlot(qctx, conn, c.Slot)
-			if err == nil {
-				if info.Invalidated() {
-					// Whatever the reason (17+: invalidation_reason; 16:
-					// conflicting), the slot can no longer stream: as
-					// good as lost, which 16+ also says in wal_status.
-					info.WALStatus = "lost"
-				}
-				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
-				logWALStatus(log, walStatus, info)
-				walStatus = info.WALStatus
-			} else if errors.Is(err, replication.ErrSlotMissing) {
-				m.Slot(false, 0, "")
-			}
-		}
-		if err == nil {
-			var problem string
-			if problem, err = replication.CheckPublication(qctx, conn, c.Publication, outbox, table); err == nil {
-				published.Store(problem == "")
-				if problem != "" {
-					log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
-						"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile",
-						"problem", problem, "table", table.String(), "publication", c.Publication)
-				}
-			}
-		}
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			log.Warn("could not read the replication slot's state", "slot", c.Slot, "error", redact(err))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(c.SlotPollInterval):
-		}
-	}
-}
-
-// logWALStatus says when the slot's wal_status changes, at the level the
-// new state deserves. unreserved and lost are errors: the first is the last
-// moment to act before PostgreSQL removes WAL the slot needs, the second
-// means it did (streaming then stops with ErrWALLost at the latest when the
-// walsender is ended and the stream reconnects).
-func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
-	if info.WALStatus == prev {
-		return
-	}
-	attrs := []any{"slot", info.Name, "wal_status", info.WALStatus, "previous", prev, "retained_wal_bytes", info.RetainedBytes}
-	if reason := info.Reason(); reason != "" {
-		attrs = append(attrs, "invalidation_reason", reason)
-	}
-	switch info.WALStatus {
-	case "extended":
-		log.Warn("the slot holds more WAL than max_wal_size: cdc-outbox is behind (is Kafka slow or refusing?)", attrs...)
-	case "unreserved":
-		log.Error("the slot holds more WAL than max_slot_wal_keep_size allows: the next checkpoint removes WAL it still needs, "+
-			"and its events would never reach Kafka through it. Let cdc-outbox catch up (Kafka?) or raise max_slot_wal_keep_size now", attrs...)
-	case "lost":
-		what, _ := replication.Invalidation(info.Reason())
-		log.Error("the slot is invalidated: "+what+". The events it had not streamed will not reach Kafka through this slot; "+
-			"cdc-outbox stops when the stream ends. Re-publish them from the outbox table, then start with --recreate-slot", attrs...)
-	case "reserved":
-		if prev == "extended" || prev == "unreserved" {
-			log.Info("the slot's WAL is within max_wal_size again", attrs...)
-		}
-	}
 }

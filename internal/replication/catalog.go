@@ -136,9 +136,9 @@ func OpenCatalog(ctx context.Context, cfg CatalogConfig) (*Catalog, error) {
 func (c *Catalog) Outbox() Relation { return c.outbox }
 
 func (c *Catalog) connect(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, c.cfg.URL)
+	conn, err := connect(ctx, c.cfg.URL)
 	if err != nil {
-		return fmt.Errorf("%w: connect: %w", ErrCatalog, ExplainConnect(err))
+		return fmt.Errorf("%w: connect: %w", ErrCatalog, err)
 	}
 	c.conn = conn
 	return nil

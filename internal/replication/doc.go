@@ -11,6 +11,12 @@
 // name. The decisions are pure functions of the catalog's answers, tested
 // without a server.
 //
+// Its queries are the only SQL of the streamer: Prepare (prepare.go), the
+// Monitor that reads the slot and the publication while streaming
+// (monitor.go) and Inspect, what `cdc-outbox status` judges (inspect.go),
+// share them. CauseOf (errors.go) is the one classifier of PostgreSQL's
+// errors, by SQLSTATE.
+//
 // It must never start streaming from the server's current WAL position,
 // never send a position the checkpoint has not confirmed, never send a lower
 // position than before, and never let Kafka stall its status updates.

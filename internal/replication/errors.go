@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -216,6 +218,21 @@ func walLostError(slot string, confirmed pglogrepl.LSN, reason string, cause err
 		err = fmt.Errorf("%w (PostgreSQL said: %w)", err, cause)
 	}
 	return err
+}
+
+// ConnectError is a failure to connect to PostgreSQL.
+type ConnectError struct{ Err error }
+
+func (e *ConnectError) Error() string { return e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// connect opens a normal (not a replication) connection to url.
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, &ConnectError{Err: ExplainConnect(err)}
+	}
+	return conn, nil
 }
 
 // ExplainConnect adds what to check to an error from connecting to

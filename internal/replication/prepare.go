@@ -31,9 +31,9 @@ type Setup struct {
 // slot's confirmed position: where streaming starts. Each failed check is one
 // error line that says how to fix it.
 func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connect(ctx, url)
 	if err != nil {
-		return 0, fmt.Errorf("connect to PostgreSQL: %w", ExplainConnect(err))
+		return 0, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer conn.Close(context.Background())
 
@@ -94,21 +94,20 @@ func createPublication(publication string, t Table) string {
 func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, log *slog.Logger) error {
 	pub := pgname.Quote(s.Publication)
 	create := createPublication(s.Publication, t)
-	var inserts bool
-	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, s.Publication).Scan(&inserts)
+	p, err := readPublication(ctx, conn, s.Publication, false)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows) && s.CreatePublication:
+	case err != nil:
+		return err
+	case !p.Exists && s.CreatePublication:
 		if _, err := conn.Exec(ctx, create); err != nil {
 			return fmt.Errorf("create publication %s: %w", s.Publication, err)
 		}
 		log.Info("created publication", "publication", s.Publication, "table", t.Name.String(), "partitioned", t.Partitioned)
 		return nil
-	case errors.Is(err, pgx.ErrNoRows):
+	case !p.Exists:
 		return fmt.Errorf("publication %q does not exist: run %s, or start with --create-publication", s.Publication, create)
-	case err != nil:
-		return fmt.Errorf("look up publication %s: %w", s.Publication, err)
 	}
-	if !inserts {
+	if !p.Inserts {
 		return fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", s.Publication, pub)
 	}
 	cov, err := Cover(ctx, conn, s.Publication, t)

@@ -199,7 +199,7 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
-		return ExplainConnect(err)
+		return &ConnectError{Err: ExplainConnect(err)}
 	}
 	defer conn.Close(context.Background())
 
