@@ -106,7 +106,6 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	// during a long wait for the slot); the data path's parts are published
 	// here once built, and metrics read 0 until then.
 	var parts atomic.Pointer[dataPath]
-	var kafkaUp kafkaState
 	src := sources(&parts)
 	src.Ready = func() (bool, string) {
 		dp := parts.Load()
@@ -117,8 +116,12 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		if dp != nil && !dp.monitor.Published() {
 			missing = append(missing, fmt.Sprintf("table %s is not in publication %s, or not wholly: inserts into it are not streamed", table, c.Publication))
 		}
-		if up, reason := kafkaUp.state(); !up {
-			missing = append(missing, "Kafka does not answer metadata requests"+reason)
+		if dp == nil {
+			missing = append(missing, "Kafka does not answer metadata requests")
+		} else if up, err := dp.kafka.State(); !up && err != nil {
+			missing = append(missing, "Kafka does not answer metadata requests: "+kafkaWhy(err))
+		} else if !up {
+			missing = append(missing, "Kafka does not answer metadata requests")
 		}
 		return len(missing) == 0, strings.Join(missing, "; ")
 	}
@@ -219,9 +222,10 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		Outbox:      outbox,
 		Interval:    c.SlotPollInterval,
 	}, m, log)
-	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor})
+	health := sink.NewHealth(snk, m, kafkaWhy, log)
+	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health})
 
-	bg.goLoop(func(ctx context.Context) { pingKafka(ctx, snk, &kafkaUp, m, log) })
+	bg.goLoop(health.Run)
 	bg.goLoop(monitor.Run)
 
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
@@ -238,6 +242,7 @@ type dataPath struct {
 	stream  *replication.Stream
 	pipe    *pipeline.Pipeline
 	monitor *replication.Monitor
+	kafka   *sink.Health
 }
 
 // sources reads the data path's state for metrics; every value is zero
@@ -300,70 +305,13 @@ func serveHTTP(bg *group, addr string, h http.Handler, log *slog.Logger) error {
 	return nil
 }
 
-// kafkaState is whether the broker answered the last metadata request, and
-// if not, why.
-type kafkaState struct {
-	mu           sync.Mutex
-	isUp, wasUp  bool
-	everAnswered bool
-	why          string // the last failure with advice; "" while up
-}
-
-// state is whether the broker answered and, when not, ": " and why, for
-// /readyz.
-func (k *kafkaState) state() (up bool, reason string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.isUp || k.why == "" {
-		return k.isUp, ""
+// kafkaWhy is why Kafka does not answer, with what to do.
+func kafkaWhy(err error) string {
+	why := err.Error()
+	if advice := sink.Advice(err); advice != "" {
+		why += "; " + advice
 	}
-	return false, ": " + k.why
-}
-
-// pingKafka asks the broker for metadata every few seconds: readiness and
-// cdc_outbox_connected{target="kafka"} come from the answer. A failure is
-// logged when Kafka stops answering, at the first attempt, and whenever the
-// reason changes: a wrong password or certificate never heals by itself,
-// so the operator must hear of it at start, not only from /readyz.
-func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Metrics, log *slog.Logger) {
-	const every = 5 * time.Second
-	first := true
-	for {
-		pctx, cancel := context.WithTimeout(ctx, every)
-		err := snk.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		k.mu.Lock()
-		k.wasUp, k.isUp = k.isUp, err == nil
-		m.Kafka(k.isUp, k.wasUp, k.everAnswered)
-		why, advice := "", sink.Advice(err)
-		if err != nil {
-			why = err.Error()
-			if advice != "" {
-				why += "; " + advice
-			}
-		}
-		news := err != nil && (first || k.wasUp || why != k.why)
-		switch {
-		case news && advice != "":
-			log.Error("Kafka refuses the connection; events wait in flight and nothing past them is confirmed", "error", why)
-		case news:
-			log.Warn("Kafka does not answer; events wait in flight and nothing past them is confirmed", "error", why)
-		case err == nil && !k.wasUp && k.everAnswered:
-			log.Info("Kafka answers again")
-		}
-		k.why = why
-		k.everAnswered = k.everAnswered || k.isUp
-		k.mu.Unlock()
-		first = false
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(every):
-		}
-	}
+	return why
 }
 
 // catalogTimeout bounds one catalog lookup from the replication loop, which
