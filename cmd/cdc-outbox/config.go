@@ -211,6 +211,10 @@ func redact(err error) error {
 	return errors.New(urlPassword.ReplaceAllString(s, "${1}xxxxx@"))
 }
 
+// say is err explained (explain), without a password, for the log and
+// for status.
+func say(err error) string { return redact(errors.New(explain(err))).Error() }
+
 var (
 	keywordPassword = regexp.MustCompile(`(password\s*=\s*)('[^']*'|\S+)`)
 	urlPassword     = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)

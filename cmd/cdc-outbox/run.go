@@ -61,7 +61,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			log.Info("stopped before streaming")
 			return 0
 		}
-		log.Error("stopped with an error", "error", redact(err))
+		log.Error("stopped with an error", "error", say(err))
 		return 1
 	}
 	return 0
@@ -119,7 +119,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		if dp == nil {
 			missing = append(missing, "Kafka does not answer metadata requests")
 		} else if up, err := dp.kafka.State(); !up && err != nil {
-			missing = append(missing, "Kafka does not answer metadata requests: "+kafkaWhy(err))
+			missing = append(missing, "Kafka does not answer metadata requests: "+explain(err))
 		} else if !up {
 			missing = append(missing, "Kafka does not answer metadata requests")
 		}
@@ -145,7 +145,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	}
 
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	start, err := replication.Prepare(setupCtx, c.PostgresURL, replication.Setup{
+	prepared, err := replication.Prepare(setupCtx, c.PostgresURL, replication.Setup{
 		Table:             table,
 		Publication:       c.Publication,
 		Slot:              c.Slot,
@@ -157,6 +157,8 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	logPrepared(log, c.Slot, prepared)
+	start := prepared.Start
 	catalog, err := openCatalog(ctx, c)
 	if err != nil {
 		return err
@@ -199,6 +201,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
+		Explain:           explain,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
 		return err
@@ -222,7 +225,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		Outbox:      outbox,
 		Interval:    c.SlotPollInterval,
 	}, m, log)
-	health := sink.NewHealth(snk, m, kafkaWhy, log)
+	health := sink.NewHealth(snk, m, explain, log)
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health})
 
 	bg.goLoop(health.Run)
@@ -305,13 +308,16 @@ func serveHTTP(bg *group, addr string, h http.Handler, log *slog.Logger) error {
 	return nil
 }
 
-// kafkaWhy is why Kafka does not answer, with what to do.
-func kafkaWhy(err error) string {
-	why := err.Error()
-	if advice := sink.Advice(err); advice != "" {
-		why += "; " + advice
+// logPrepared says what Prepare did to the slot that skips changes: the
+// operator asked for it with --recreate-slot, and must know what it cost.
+func logPrepared(log *slog.Logger, slot string, p replication.Prepared) {
+	if p.DroppedLost {
+		log.Warn("dropped the replication slot that lost its WAL (--recreate-slot): outbox events committed after its last confirmed position "+
+			"and before the new slot are not streamed", "slot", slot, "confirmed_lsn", p.LostConfirmed)
 	}
-	return why
+	if p.Slot == replication.SlotRecreated {
+		log.Warn("re-created the replication slot (--recreate-slot): changes committed before it are not streamed", "slot", slot, "lsn", p.Start)
+	}
 }
 
 // catalogTimeout bounds one catalog lookup from the replication loop, which

@@ -203,11 +203,11 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	case errors.As(err, &connect):
 		// The advice first: pgx's error may run over several lines.
 		r.fail(verdictCannotConnect, fmt.Sprintf("cannot connect to PostgreSQL: check --postgres-url (env %s), "+
-			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), redact(err)), err)
+			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), say(err)), err)
 		return r
 	case err != nil:
 		r.fail(verdictCannotRead, fmt.Sprintf("cannot read the status: check that the role may read "+
-			"pg_replication_slots, pg_publication and pg_class, and that the server is the primary: %v", redact(err)), err)
+			"pg_replication_slots, pg_publication and pg_class, and that the server is the primary: %v", say(err)), err)
 		return r
 	}
 	r.fill(in)

@@ -47,6 +47,10 @@ type Config struct {
 	// MaxRecordBytes is the largest record the broker accepts
 	// (message.max.bytes); larger rows are bad events before they are sent.
 	MaxRecordBytes int
+	// Explain renders an error where the pipeline speaks itself (a
+	// dead-letter record's error header, the log), with what to do: the
+	// command's advice. nil renders err.Error().
+	Explain func(error) string
 }
 
 // Catalog says what a relation the stream describes is; replication.Catalog
@@ -77,6 +81,7 @@ type Pipeline struct {
 	ckpt    *checkpoint.Tracker
 	sink    Producer
 	promise func(*kgo.Record, error) // ack, made once: a method value per record would allocate
+	explain func(error) string
 	log     *slog.Logger
 
 	// unmapped says, for each relation the catalog could not map, why.
@@ -162,6 +167,9 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 		obs:      obs,
 	}
 	p.promise = p.ack
+	if p.explain = cfg.Explain; p.explain == nil {
+		p.explain = func(err error) string { return err.Error() }
+	}
 	return p, nil
 }
 
@@ -269,11 +277,8 @@ func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	if !ok {
 		why = "it was never looked up in the catalog" // cannot happen: every Relation message is
 	}
-	return p.bad(lsn, ev, &mapping.BadEventError{
-		EventID: p.mapper.EventID(p.cols),
-		Reason: fmt.Sprintf("the publication sent it from relation %s.%s (OID %d), which cannot be mapped to the outbox table: %s",
-			rel.Namespace, rel.Name, rel.ID, why),
-	})
+	return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
+		Err: &UnmappedError{Relation: rel.Namespace + "." + rel.Name, OID: rel.ID, Why: why}})
 }
 
 // fill puts an insert's wanted values into p.cols.
@@ -292,7 +297,11 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	p.fill(ev)
 	pd := p.newPending(lsn, ev.Relation)
 	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
-		return p.bad(lsn, ev, err)
+		var me *mapping.BadEventError
+		if !errors.As(err, &me) {
+			return fmt.Errorf("map the row at LSN %s: %w", lsn, err)
+		}
+		return p.bad(ev, &BadEventError{EventID: me.EventID, LSN: lsn, Err: me})
 	}
 	if ts := pd.rec.Timestamp; ts.After(time.Now().Add(MaxTimestampAhead)) {
 		p.obs.TimestampReplaced()
@@ -302,11 +311,8 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	}
 	pd.size = recordSize(&pd.rec)
 	if int(pd.size) > p.cfg.MaxRecordBytes {
-		return p.bad(lsn, ev, &mapping.BadEventError{
-			EventID: p.mapper.EventID(p.cols),
-			Reason: fmt.Sprintf("the record is about %d bytes, more than --max-record-bytes %d (keep it at or below the broker's message.max.bytes); shrink the payload or raise both limits",
-				pd.size, p.cfg.MaxRecordBytes),
-		})
+		return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
+			Err: &TooLargeError{Size: pd.size, Limit: p.cfg.MaxRecordBytes}})
 	}
 	p.send(pd)
 	return nil
@@ -357,14 +363,13 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 	case err == nil:
 		p.acked(pd)
 	case errors.Is(err, kgo.ErrClientClosed):
-		// The producer was closed on shutdown, after --shutdown-timeout,
+		// The producer was closed on shutdown, after the shutdown timeout,
 		// with the record unacknowledged. Its position was never
 		// confirmed, so the next start sends it again: not a bad event.
 	case pd.dead != nil:
 		// Nowhere left to put the event.
 		p.obs.Bad("failed")
-		p.fail(fmt.Errorf("bad event %s at LSN %s could not be set aside: Kafka refused its dead-letter record for topic %q: %w%s",
-			pd.dead.id, pd.lsn, r.Topic, err, refusalHint(err)))
+		p.fail(&DeadLetterError{EventID: pd.dead.id, LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, DeadLetter: true, Err: err}})
 	case sink.Refused(err):
 		p.refused(pd, err)
 	default:
@@ -372,8 +377,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 		// exist): every record would fail alike. The transaction never
 		// completes, so the confirmed position stays before it; stop.
 		p.obs.Bad("failed")
-		p.fail(fmt.Errorf("event %s at LSN %s: Kafka refused the record for topic %q: %w%s",
-			eventID(r), pd.lsn, r.Topic, err, refusalHint(err)))
+		p.fail(&ProduceError{EventID: eventID(r), LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, Err: err}})
 	}
 }
 

@@ -257,8 +257,11 @@ func TestBrokerRefusalFindsTheRecordUnderFail(t *testing.T) {
 	}
 	p.ack(s.records[4], kerr.MessageTooLarge)
 	err := failure(p)
-	if err == nil || !strings.Contains(err.Error(), "bad event 7 at LSN") || !errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "--max-record-bytes") {
-		t.Fatalf("err = %v, want it to name event 7, its LSN, the refusal and a hint", err)
+	var be *BadEventError
+	var refused *RefusedError
+	if !errors.As(err, &be) || be.EventID != "7" || be.LSN == 0 || !errors.As(err, &refused) || refused.Topic != "outbox.event.payment" ||
+		!errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "bad event 7 at LSN") {
+		t.Fatalf("err = %v, want it to name event 7, its LSN, the topic and the refusal", err)
 	}
 	if o.bad["failed"] != 1 || ck.Confirmed() != 100 {
 		t.Fatalf("bad %v, confirmed %s: want one failed and nothing confirmed", o.bad, ck.Confirmed())
@@ -333,7 +336,9 @@ func TestClusterRefusalStops(t *testing.T) {
 	}
 	p.ack(s.records[0], kerr.TopicAuthorizationFailed)
 	err := failure(p)
-	if err == nil || !strings.Contains(err.Error(), "event 7 at LSN") || !strings.Contains(err.Error(), "grant the producer WRITE") {
+	var pe *ProduceError
+	if !errors.As(err, &pe) || pe.EventID != "7" || pe.Err.Topic != "outbox.event.payment" || !errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		!strings.Contains(err.Error(), "event 7 at LSN") {
 		t.Fatalf("err = %v", err)
 	}
 	if ck.Confirmed() != 100 {

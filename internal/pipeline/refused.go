@@ -1,9 +1,6 @@
 package pipeline
 
-import (
-	"fmt"
-	"slices"
-)
+import "slices"
 
 // Records the broker refuses for something about the record itself
 // (sink.Refused: too large, a timestamp out of its range, an invalid topic)
@@ -50,8 +47,7 @@ func (p *Pipeline) refused(pd *pending, err error) {
 	id := eventID(&pd.rec)
 	if p.cfg.OnBadEvent == Fail {
 		p.obs.Bad("failed")
-		p.fail(fmt.Errorf("bad event %s at LSN %s: Kafka refused the record for topic %q: %w%s; or run with --on-bad-event=dead-letter to set such events aside",
-			id, pd.lsn, pd.rec.Topic, err, refusalHint(err)))
+		p.fail(&BadEventError{EventID: id, LSN: pd.lsn, Err: &RefusedError{Topic: pd.rec.Topic, Err: err}})
 		return
 	}
 	before := pd.size

@@ -4,18 +4,21 @@
 // updates carrying the checkpoint's confirmed LSN.
 //
 // It also owns what the catalog says about the outbox (catalog.go): which
-// relation --table is, which relations are part of it (its partitions and
-// inheritance children, the table renamed or moved), whether a relation the
-// stream describes provably is another table, and whether the publication
-// publishes every relation of the outbox, compared by relation, not by
-// name. The decisions are pure functions of the catalog's answers, tested
+// relation the configured outbox table is, which relations are part of it
+// (its partitions and inheritance children, the table renamed or moved),
+// whether a relation the stream describes provably is another table, and
+// whether the publication publishes every relation of the outbox, compared
+// by relation, not by name. The decisions are pure functions of the catalog's answers, tested
 // without a server.
 //
 // Its queries are the only SQL of the streamer: Prepare (prepare.go), the
 // Monitor that reads the slot and the publication while streaming
 // (monitor.go) and Inspect, what `cdc-outbox status` judges (inspect.go),
 // share them. CauseOf (errors.go) is the one classifier of PostgreSQL's
-// errors, by SQLSTATE.
+// errors, by SQLSTATE. Errors state facts (an *Error names its condition
+// with an Err* sentinel, the slot, the publication, the table, the LSN);
+// they may quote the SQL that fixes the server, but never the command's
+// flags: the command says what to do about them.
 //
 // It must never start streaming from the server's current WAL position,
 // never send a position the checkpoint has not confirmed, never send a lower

@@ -199,7 +199,7 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
-		return &ConnectError{Err: ExplainConnect(err)}
+		return &ConnectError{Err: err}
 	}
 	defer conn.Close(context.Background())
 
@@ -225,9 +225,9 @@ func (s *Stream) session(ctx context.Context) error {
 	return s.stream(ctx, conn)
 }
 
-// explain adds what to do to the server errors that stop streaming for
-// good. conn is the connection that got the error, still open unless the
-// error ended it.
+// explain turns the server errors that stop streaming for good into an
+// *Error with the facts. conn is the connection that got the error, still
+// open unless the error ended it.
 func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -236,8 +236,8 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	confirmed := s.pos.Confirmed()
 	switch cause := CauseOf(pgErr); {
 	case cause == CauseSlotMissing:
-		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
-			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
+		return &Error{Err: ErrSlotDropped, Slot: s.cfg.Slot, Confirmed: confirmed, Cause: err,
+			msg: fmt.Sprintf("%v: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more", err, confirmed)}
 	case cause == CausePublicationMissing:
 		return s.publicationGone(err)
 	case pgErr.Code == pgerrcode.ObjectNotInPrerequisiteState || pgErr.Code == pgerrcode.UndefinedFile:
@@ -255,17 +255,16 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	return err
 }
 
-// publicationGone explains a publication that is missing at the point of
-// the WAL being decoded. The server decodes each change with the catalog as
-// it was when the change was written, so the changes written while the
-// publication was gone cannot be streamed through this slot, even once it is
+// publicationGone is a publication that is missing at the point of the WAL
+// being decoded. The server decodes each change with the catalog as it was
+// when the change was written, so the changes written while the publication
+// was gone cannot be streamed through this slot, even once it is
 // re-created.
 func (s *Stream) publicationGone(cause error) error {
-	return fmt.Errorf("publication %q does not exist at this point of the WAL (PostgreSQL said: %w): it was dropped while the slot still had changes to stream, "+
-		"and the server cannot stream past the drop through this slot, even once it is re-created. "+
-		"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
-		"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
-		s.cfg.Publication, cause, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, s.pos.Confirmed())
+	return &Error{Err: ErrPublicationGone, Slot: s.cfg.Slot, Publication: s.cfg.Publication, Confirmed: s.pos.Confirmed(),
+		msg: fmt.Sprintf("publication %q does not exist at this point of the WAL (PostgreSQL said: %v): it was dropped while the slot still had changes to stream, "+
+			"and the server cannot stream past the drop through this slot, even once it is re-created", s.cfg.Publication, cause),
+		Cause: cause}
 }
 
 // notice acts on a notice the walsender sends while streaming. Since

@@ -92,31 +92,3 @@ func FaultOf(err error) Fault {
 	}
 	return NoFault
 }
-
-// Advice says what to check for an error of reaching the brokers that no
-// retry can cure (FaultOf); "" for every other error.
-func Advice(err error) string {
-	switch FaultOf(err) {
-	case FaultSASLCredentials:
-		return "SASL authentication failed: check --kafka-sasl-username and the password " +
-			"(--kafka-sasl-password-file or --kafka-sasl-password), that the user exists on the broker " +
-			"with credentials for --kafka-sasl-mechanism, and that --kafka-brokers names its SASL listener"
-	case FaultSASLMechanism:
-		return "SASL authentication failed: the listener does not offer --kafka-sasl-mechanism; " +
-			"use one of the broker's sasl.enabled.mechanisms, or check that --kafka-brokers names its SASL listener"
-	case FaultSASLUnexpected:
-		return "SASL authentication failed: the listener does not expect SASL; point --kafka-brokers at the broker's " +
-			"SASL_SSL (or SASL_PLAINTEXT) listener, or set --kafka-sasl-mechanism=none"
-	case FaultTLSUnknownCA:
-		return "TLS: the broker's certificate is not signed by a CA this client trusts; " +
-			"give that CA's PEM certificate with --kafka-tls-ca-file"
-	case FaultTLSHostname:
-		return "TLS: the broker's certificate is not valid for the address dialed; " +
-			"use a name the certificate lists in --kafka-brokers, or set --kafka-tls-server-name"
-	case FaultTLSCertificate:
-		return "TLS: the broker's certificate is not valid (expired, not yet valid, or not for server authentication); renew it on the broker"
-	case FaultNotTLS:
-		return "TLS: the listener does not speak TLS; point --kafka-brokers at the broker's SSL or SASL_SSL listener, or drop --kafka-tls"
-	}
-	return ""
-}
