@@ -11,7 +11,6 @@ import (
 	"net/http/pprof"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,40 +66,30 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// group runs background loops that live as long as the stream: each gets
-// the group's context and is waited for when the group stops.
-type group struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func newGroup(parent context.Context) *group {
-	ctx, cancel := context.WithCancel(parent)
-	return &group{ctx: ctx, cancel: cancel}
-}
-
-func (g *group) goLoop(fn func(ctx context.Context)) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		fn(g.ctx)
-	}()
-}
-
-func (g *group) stop() {
-	g.cancel()
-	g.wg.Wait()
-}
-
 // run wires the data path: replication → pipeline (decoder, mapping) →
 // sink, with the checkpoint deciding what the replication side confirms,
-// and beside it the HTTP endpoint, the slot poller and the Kafka pinger.
-// kafkaOpts are the client's TLS and SASL options (kafkaSecurityOpts).
-func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logger) error {
+// and beside it the HTTP endpoint, the slot monitor and the Kafka health
+// check, as one run group: the first part to fail stops them all, and so
+// does ctx's end (a signal). kafkaOpts are the client's TLS and SASL
+// options (kafkaSecurityOpts).
+//
+// Shutdown runs in this order. The stream stops reading, drains what is in
+// flight (up to --shutdown-timeout) and sends its final position; run
+// returns, and the group stops the rest, last started first: the slot
+// monitor and the Kafka health check (they use the sink and the database),
+// then the sink (records still buffered fail with kgo.ErrClientClosed,
+// which the pipeline takes for a shutdown, not for bad events), the
+// catalog's connection, and last the HTTP endpoint, so /metrics and /readyz
+// answer until the end.
+func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logger) (err error) {
 	table := outboxTable(c.Table)
-	bg := newGroup(context.Background())
-	defer bg.stop()
+	g := newGroup(ctx)
+	defer func() {
+		if failed := g.Stop(); failed != nil {
+			err = failed // why everything stopped
+		}
+	}()
+	ctx = g.Context()
 
 	// The HTTP endpoint starts before the slot is known (so /healthz answers
 	// during a long wait for the slot); the data path's parts are published
@@ -139,7 +128,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 			h = mux
 		}
-		if err := serveHTTP(bg, c.HTTPAddr, h, log); err != nil {
+		if err := serveHTTP(g, c.HTTPAddr, h, log); err != nil {
 			return err
 		}
 	}
@@ -163,7 +152,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	defer catalog.Close()
+	g.Close(catalog.Close)
 
 	source, err := resolveSource(ctx, c)
 	if err != nil {
@@ -186,14 +175,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	// The sink closes after the loops that use it (the Kafka pinger) and
-	// after the stream, which drained it up to --shutdown-timeout: records
-	// still buffered then fail with kgo.ErrClientClosed, which the pipeline
-	// takes for a shutdown, not for bad events.
-	defer func() {
-		bg.stop()
-		snk.Close()
-	}()
+	g.Close(snk.Close)
 	p, err := pipeline.New(pipeline.Config{
 		Mapping:           c.Mapping,
 		OnBadEvent:        c.OnBadEvent,
@@ -228,8 +210,8 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	health := sink.NewHealth(snk, m, explain, log)
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health})
 
-	bg.goLoop(health.Run)
-	bg.goLoop(monitor.Run)
+	loop(g, "Kafka health check", health.Run)
+	loop(g, "slot monitor", monitor.Run)
 
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
@@ -285,25 +267,32 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 	}
 }
 
+// loop adds to g a loop that runs until told to stop and never fails.
+func loop(g *group, name string, run func(ctx context.Context)) {
+	ctx, stop := context.WithCancel(g.Context())
+	g.Go(name, func() error { run(ctx); return nil }, stop)
+}
+
 // serveHTTP starts the metrics and health endpoint; a port that cannot be
-// bound is an error at start, not a silent absence of metrics.
-func serveHTTP(bg *group, addr string, h http.Handler, log *slog.Logger) error {
+// bound is an error at start, not a silent absence of metrics. An endpoint
+// that stops serving fails the group: the daemon stops rather than run
+// without metrics and readiness.
+func serveHTTP(g *group, addr string, h http.Handler, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w (choose another address, or --http-addr='' to turn the endpoint off)", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
-	bg.goLoop(func(ctx context.Context) {
-		go func() {
-			<-ctx.Done()
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdownCtx)
-		}()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http endpoint stopped", "error", err)
+	g.Go("http endpoint", func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
+		return nil
+	}, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
 	})
 	return nil
 }
