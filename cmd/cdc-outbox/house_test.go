@@ -122,12 +122,12 @@ func TestNoSQLInCommand(t *testing.T) {
 	}
 }
 
-// allowedImports are the imports between the streamer's own packages. An
-// import goes down the data path (replication → decoder → mapping →
-// pipeline → sink) or to a package beside it (checkpoint, pgname, the
-// outbox contract and topic rules); metrics and the command are imported
-// by no one. A new edge is a design decision: make it in
-// docs/architecture.md and here.
+// allowedImports are the imports between the streamer's own packages: the
+// pipeline joins the decoder, the mapping, the checkpoint and the sink; the
+// replication knows the decoder's relations; the rest import none of ours
+// but the outbox contract, and metrics and the command are imported by no
+// one. A new edge is a design decision: make it in docs/architecture.md
+// and here.
 var allowedImports = map[string][]string{
 	"internal/checkpoint":  nil,
 	"internal/decoder":     nil,
