@@ -105,11 +105,16 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		if dp != nil && !dp.monitor.Published() {
 			missing = append(missing, fmt.Sprintf("table %s is not in publication %s, or not wholly: inserts into it are not streamed", table, c.Publication))
 		}
-		if dp == nil {
-			missing = append(missing, "Kafka does not answer metadata requests")
-		} else if up, err := dp.kafka.State(); !up && err != nil {
-			missing = append(missing, "Kafka does not answer metadata requests: "+explain(err))
-		} else if !up {
+		var kafkaUp bool
+		var kafkaErr error // the last failure, explained in /readyz
+		if dp != nil {
+			kafkaUp, kafkaErr = dp.kafka.State()
+		}
+		switch {
+		case kafkaUp:
+		case kafkaErr != nil:
+			missing = append(missing, "Kafka does not answer metadata requests: "+explain(kafkaErr))
+		default:
 			missing = append(missing, "Kafka does not answer metadata requests")
 		}
 		return len(missing) == 0, strings.Join(missing, "; ")
