@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 )
@@ -71,6 +72,29 @@ type UnmappedError struct {
 
 func (e *UnmappedError) Error() string {
 	return fmt.Sprintf("the publication sent it from relation %s (OID %d), which cannot be mapped to the outbox table: %s", e.Relation, e.OID, e.Why)
+}
+
+// recordRefused reports whether err is the broker's refusal of a record
+// for something about the record itself: too large for the topic, a
+// timestamp out of the topic's range, a record or batch it finds invalid or
+// corrupt, a topic name it does not accept. Sent again the record would be
+// refused again, while other records go through: it is a bad event
+// (refused.go). The broker refuses whole batches, so the records batched
+// with it fail with the same error. Refusals that concern the cluster
+// (authorization, a missing topic, a broker out of reach) are not among
+// these: every record would fail alike.
+func recordRefused(err error) bool {
+	for _, e := range recordRefusals {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+var recordRefusals = []error{
+	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidTimestamp,
+	kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTopicException,
 }
 
 // RefusedError is the broker's refusal of a record for good.

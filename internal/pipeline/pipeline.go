@@ -27,7 +27,6 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
@@ -370,7 +369,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 		// Nowhere left to put the event.
 		p.obs.Bad("failed")
 		p.fail(&DeadLetterError{EventID: pd.dead.id, LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, DeadLetter: true, Err: err}})
-	case sink.Refused(err):
+	case recordRefused(err):
 		p.refused(pd, err)
 	default:
 		// The cluster refuses (authorization, a topic that does not

@@ -3,7 +3,7 @@ package pipeline
 import "slices"
 
 // Records the broker refuses for something about the record itself
-// (sink.Refused: too large, a timestamp out of its range, an invalid topic)
+// (recordRefused: too large, a timestamp out of its range, an invalid topic)
 // are bad events. The broker refuses a whole batch, though, and franz-go
 // then fails every record buffered for that partition with the same error:
 // the one at fault and its innocent neighbours, which may include later

@@ -9,6 +9,5 @@
 // Health (health.go) asks the brokers for metadata every few seconds:
 // whether Kafka is reachable, for readiness and metrics. FaultOf
 // (errors.go) tells a refused SASL login or a failed TLS handshake, which
-// no retry cures, from a broker that is merely away; Refused tells a
-// broker's refusal of one record from one of the cluster.
+// no retry cures, from a broker that is merely away.
 package sink
