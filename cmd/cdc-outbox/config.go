@@ -23,6 +23,7 @@ type runConfig struct {
 	CreatePublication bool
 	CreateSlot        bool
 	RecreateSlot      bool
+	SlotFailover      bool
 
 	KafkaBrokers          string
 	KafkaLinger           time.Duration
@@ -74,6 +75,8 @@ func runFlags(c *runConfig) *flags {
 	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")
 	f.Bool(&c.CreateSlot, "create-slot", true, "create the replication slot (pgoutput) when it is missing")
 	f.Bool(&c.RecreateSlot, "recreate-slot", false, "create the slot again when cdc-outbox made it before and it is gone, or drop and create it again when it lost its WAL (wal_status lost); changes in between are NOT streamed")
+	f.Bool(&c.SlotFailover, "slot-failover", true, "on PostgreSQL 17+, make the slot a failover slot (created with failover = true, or switched to it at start), "+
+		"which PostgreSQL synchronizes to standbys with sync_replication_slots = on; ignored, with a note, on 14-16")
 
 	f.String(&c.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated")
 	f.Duration(&c.KafkaLinger, "kafka-linger", 5*time.Millisecond, "how long a batch waits for more records")

@@ -152,6 +152,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		CreatePublication: c.CreatePublication,
 		CreateSlot:        c.CreateSlot,
 		RecreateSlot:      c.RecreateSlot,
+		Failover:          c.SlotFailover,
 	}, log)
 	cancel()
 	if err != nil {
@@ -394,7 +395,7 @@ func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, pu
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var err error
 		if conn == nil || conn.IsClosed() {
-			conn, err = pgx.Connect(qctx, c.PostgresURL)
+			conn, err = replication.ConnectPrimary(qctx, c.PostgresURL)
 			if err != nil {
 				conn = nil
 			}

@@ -186,7 +186,7 @@ func (s *Stream) session(ctx context.Context) error {
 		setupCtx, cancel = context.WithTimeout(ctx, s.cfg.ReceiveTimeout)
 		defer cancel()
 	}
-	cfg, err := pgconn.ParseConfig(s.cfg.URL)
+	cfg, err := ParseConfig(s.cfg.URL)
 	if err != nil {
 		return fatal{fmt.Errorf("postgres url: %w", err)}
 	}
