@@ -22,6 +22,12 @@ var ErrSlotInUse = errors.New("replication slot is in use by another process")
 // recreate the slot, since that skips those changes.
 var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
 
+// ErrSlotGone means the replication slot does not exist where cdc-outbox
+// streams: dropped while it ran, or not carried over to a standby that was
+// promoted. A new slot would skip what was committed in between, so only a
+// person may decide to create one (--recreate-slot).
+var ErrSlotGone = errors.New("the replication slot is gone")
+
 // ErrServerSilent means the replication connection was given up because the
 // server sent nothing, not even an answer to a requested reply, for the
 // receive timeout: the network or the server hangs. Streaming resumes on a

@@ -77,6 +77,11 @@ type Stream struct {
 	lastSent   pglogrepl.LSN
 	lastSentAt time.Time
 
+	// server is the server streamed from (follow); failover is set while
+	// a session runs on a primary promoted since the previous session.
+	server   server
+	failover *failover
+
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
 	reconnects atomic.Uint64
@@ -201,6 +206,9 @@ func (s *Stream) session(ctx context.Context) error {
 		return ExplainConnect(err)
 	}
 	defer conn.Close(context.Background())
+	if err := s.follow(setupCtx, conn); err != nil {
+		return err
+	}
 
 	start := s.pos.Confirmed()
 	args := []string{
@@ -234,9 +242,12 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	}
 	confirmed := s.pos.Confirmed()
 	switch {
+	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot") && s.failover != nil:
+		return s.slotGoneAfterFailover(err)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot"):
-		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
-			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
+		return fmt.Errorf("%w: %w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
+			"Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events committed since the last one "+
+			"Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)", ErrSlotGone, err, confirmed)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
 		return s.publicationGone(err)
 	case pgErr.Code == codeObjectNotInState || pgErr.Code == codeUndefinedFile:
