@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// haPair is a primary and a streaming standby of the test's own, of one
+// PostgreSQL major, configured for failover slots as the README says:
+// the standby replicates through a physical slot with hot_standby_feedback
+// and (17+) sync_replication_slots; the primary (17+) names that slot in
+// synchronized_standby_slots.
+type haPair struct {
+	primary, standby *testenv.PostgresCluster
+	// writers is a multi-host URL with target_session_attrs=primary, as a
+	// service would use; streamer lists the standby first and leaves
+	// target_session_attrs out: cdc-outbox must find the primary itself.
+	writers, streamer string
+}
+
+const standbySlot = "standby_1"
+
+// newHAPair starts the pair. syncCommit makes the standby synchronous, so
+// that a commit a writer saw succeed is on the standby even when the
+// primary is SIGKILLed right after: the test then counts on every
+// acknowledged commit surviving the failover.
+func newHAPair(t *testing.T, major int, syncCommit bool) *haPair {
+	t.Helper()
+	p := testenv.Cluster(t, testenv.ClusterOptions{Major: major})
+	s := p.Standby(standbySlot, testenv.ClusterOptions{})
+	var settings []string
+	if major >= 17 {
+		settings = append(settings, "synchronized_standby_slots = '"+standbySlot+"'")
+	}
+	if syncCommit {
+		settings = append(settings, "synchronous_standby_names = '*'")
+	}
+	for _, set := range settings {
+		testenv.Exec(t, p.URL, "ALTER SYSTEM SET "+set)
+	}
+	testenv.Exec(t, p.URL, "SELECT pg_reload_conf()")
+	hp, sp := hostPort(t, p.URL), hostPort(t, s.URL)
+	return &haPair{
+		primary: p, standby: s,
+		writers:  fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=primary", hp, sp),
+		streamer: fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable", sp, hp),
+	}
+}
+
+func hostPort(t *testing.T, url string) string {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+}
+
+// writers runs two writers that commit one event per transaction until
+// stop is called, retrying through the failover (writeThroughFaults).
+type writers struct {
+	wl     *workload
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startWriters(wl *workload) *writers {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writers{wl: wl, cancel: cancel}
+	for i := range 2 {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			// Runs until cancelled; the error then is the cancellation.
+			_ = wl.writeThroughFaults(ctx, i, 1<<30, 1, "payment")
+		}()
+	}
+	wl.e.t.Cleanup(w.stop)
+	return w
+}
+
+func (w *writers) stop() { w.cancel(); w.wg.Wait() }
+
+func (w *writers) count() int {
+	w.wl.mu.Lock()
+	defer w.wl.mu.Unlock()
+	return len(w.wl.events)
+}
+
+// waitMore waits until the writers committed n more events.
+func (w *writers) waitMore(n int) {
+	t := w.wl.e.t
+	t.Helper()
+	want := w.count() + n
+	eventually(t, 2*time.Minute, fmt.Sprintf("%d events written", want), func() bool { return w.count() >= want })
+}
+
+// expectTable adds to the workload every row of the outbox on the (new)
+// primary it has not recorded: the truth after a failover is what the
+// promoted server holds. (A writer cancelled during COMMIT records
+// nothing, though its row may exist.)
+func (wl *workload) expectTable() {
+	t := wl.e.t
+	t.Helper()
+	rows, _ := wl.e.pool.Query(testenv.Context(t), `SELECT id::text, aggregate_id, (payload->>'seq')::int FROM outbox`)
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (written, error) {
+		var ev written
+		err := row.Scan(&ev.id, &ev.aggregate, &ev.seq)
+		return ev, err
+	})
+	if err != nil {
+		t.Fatalf("read the outbox: %v", err)
+	}
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	known := map[string]bool{}
+	for _, ev := range wl.events {
+		known[ev.id] = true
+	}
+	for _, ev := range all {
+		if !known[ev.id] {
+			wl.events = append(wl.events, ev)
+		}
+	}
+}
+
+// slotConfirmed is the slot's confirmed_flush_lsn on the server at url.
+func slotConfirmed(t *testing.T, url, slot string) string {
+	t.Helper()
+	var lsn string
+	conn := testenv.Connect(t, url)
+	if err := conn.QueryRow(testenv.Context(t), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lsn); err != nil {
+		t.Fatalf("read slot %s: %v", slot, err)
+	}
+	return lsn
+}
+
+// TestFailover fails a primary over to its standby while writers commit,
+// on each major with failover slots: the old primary stopped, the standby
+// promoted. cdc-outbox, given both hosts, finds the new primary and goes
+// on from the synchronized slot: every event delivered.
+func TestFailover(t *testing.T) {
+	for _, major := range []int{17, 18} {
+		t.Run(strconv.Itoa(major), func(t *testing.T) { failover(t, major, false) })
+	}
+}
+
+// TestFailoverPrimaryKilled is TestFailover with the old primary
+// SIGKILLed: no shutdown that hands the standby the last WAL. The standby
+// is synchronous, so the writers' acknowledged commits survive, and
+// synchronized_standby_slots kept the walsender from sending cdc-outbox
+// anything the standby lacked.
+func TestFailoverPrimaryKilled(t *testing.T) { failover(t, 17, true) }
+
+func failover(t *testing.T, major int, kill bool) {
+	ha := newHAPair(t, major, kill)
+	e := newEnvAt(t, ha.writers)
+	e.runURL = ha.streamer
+	st := e.start("--slot-poll-interval", "1s")
+	e.waitStreaming()
+	var failoverSlot bool
+	if err := e.pool.QueryRow(testenv.Context(t), `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&failoverSlot); err != nil || !failoverSlot {
+		t.Fatalf("the slot cdc-outbox created is not a failover slot (failover=%v, %v)", failoverSlot, err)
+	}
+
+	wl := newWorkload(e)
+	w := startWriters(wl)
+	w.waitMore(300)
+	// The standby must hold the slot, persisted, before the failover: a
+	// promotion drops a synchronized slot that is still temporary.
+	testenv.WaitSlotSynced(t, ha.standby.URL, e.slot, slotConfirmed(t, ha.primary.URL, e.slot))
+
+	began := time.Now()
+	if kill {
+		ha.primary.Control("kill")
+	} else {
+		ha.primary.Control("stop")
+	}
+	ha.standby.Control("promote")
+	t.Logf("failed over in %s", time.Since(began).Round(time.Millisecond))
+	w.waitMore(300)
+	w.stop()
+	wl.expectTable()
+	wl.check([]string{"payment"}, fmt.Sprintf("after failing over PostgreSQL %d (primary %s)", major, map[bool]string{true: "SIGKILLed", false: "stopped"}[kill]))
+	if st.cmd.ProcessState != nil {
+		t.Fatal("the streamer exited during the failover")
+	}
+	if log := st.logText(); !strings.Contains(log, "PostgreSQL failed over") {
+		t.Error("the streamer's log does not say that PostgreSQL failed over")
+	}
+	st.stop()
+}
