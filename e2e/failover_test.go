@@ -67,7 +67,9 @@ func hostPort(t *testing.T, url string) string {
 }
 
 // writers runs two writers that commit one event per transaction until
-// stop is called, retrying through the failover (writeThroughFaults).
+// stop is called, retrying through the failover (writeThroughFaults), at a
+// few hundred events a second: enough to be writing whenever the failover
+// happens, few enough to verify quickly.
 type writers struct {
 	wl     *workload
 	cancel context.CancelFunc
@@ -81,8 +83,14 @@ func startWriters(wl *workload) *writers {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			// Runs until cancelled; the error then is the cancellation.
-			_ = wl.writeThroughFaults(ctx, i, 1<<30, 1, "payment")
+			for ctx.Err() == nil {
+				// Ends when cancelled; the error then is the cancellation.
+				_ = wl.writeThroughFaults(ctx, i, 10, 1, "payment")
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * time.Millisecond): // pacing, not waiting for anything
+				}
+			}
 		}()
 	}
 	wl.e.t.Cleanup(w.stop)

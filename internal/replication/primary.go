@@ -15,7 +15,7 @@ import (
 // a logical slot can be read, but one that a failover does not keep.
 var ErrNotPrimary = errors.New("the server is a standby (in recovery), not the primary")
 
-// requirePrimary wraps a ValidateConnect function (the one libpq's
+// RequirePrimary wraps a ValidateConnect function (the one libpq's
 // target_session_attrs chose, or none) so that a connection is accepted
 // only from a primary. With a multi-host URL (postgres://h1,h2/db) pgconn
 // then tries the next host, as libpq does with
@@ -23,7 +23,7 @@ var ErrNotPrimary = errors.New("the server is a standby (in recovery), not the p
 // connection, the replication connection included: a walsender of a
 // standby would otherwise accept START_REPLICATION of a logical slot
 // (16+), and a slot there is not the one the primary's confirmations move.
-func requirePrimary(next pgconn.ValidateConnectFunc) pgconn.ValidateConnectFunc {
+func RequirePrimary(next pgconn.ValidateConnectFunc) pgconn.ValidateConnectFunc {
 	return func(ctx context.Context, conn *pgconn.PgConn) error {
 		if next != nil {
 			if err := next(ctx, conn); err != nil {
@@ -46,7 +46,7 @@ func requirePrimary(next pgconn.ValidateConnectFunc) pgconn.ValidateConnectFunc 
 
 // ParseConfig parses url as libpq does (PG* variables fill the gaps;
 // several hosts are tried in turn) and makes every connection made with it
-// insist on a primary (requirePrimary).
+// insist on a primary (RequirePrimary).
 func ParseConfig(url string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(url)
 	if err != nil {
@@ -59,7 +59,18 @@ func ParseConfig(url string) (*pgconn.Config, error) {
 // primaryOnly makes cfg accept only a primary; the other hosts of a
 // multi-host URL (cfg.Fallbacks) share its ValidateConnect.
 func primaryOnly(cfg *pgconn.Config) {
-	cfg.ValidateConnect = requirePrimary(cfg.ValidateConnect)
+	cfg.ValidateConnect = RequirePrimary(cfg.ValidateConnect)
+}
+
+// TextFormats pins, in a connection's startup parameters, the session
+// settings that shape the text output of the values the mapping parses
+// (timestamps), whatever the server's defaults are. pgoutput sends column
+// values as the walsender session prints them, and cdc-outbox republish
+// reads rows in text over a session set the same way, so that both produce
+// the same bytes.
+func TextFormats(params map[string]string) {
+	params["DateStyle"] = "ISO, MDY"
+	params["TimeZone"] = "UTC"
 }
 
 // ConnectPrimary opens a normal connection to url's primary.

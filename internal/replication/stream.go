@@ -196,10 +196,7 @@ func (s *Stream) session(ctx context.Context) error {
 		return fatal{fmt.Errorf("postgres url: %w", err)}
 	}
 	cfg.RuntimeParams["replication"] = "database"
-	// pgoutput sends column values in the session's text format: pin the
-	// formats the mapping parses, whatever the server's defaults are.
-	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
-	cfg.RuntimeParams["TimeZone"] = "UTC"
+	TextFormats(cfg.RuntimeParams)
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
