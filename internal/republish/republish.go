@@ -210,7 +210,7 @@ func (r *Republisher) read(ctx context.Context) error {
 		n, last, err := r.batch(ctx, conn, q, q.page(cursor), params, b)
 		r.mu.Lock()
 		b.read = true
-		if n > 0 {
+		if last != nil {
 			b.resume = q.resume(last)
 		}
 		r.advance()
@@ -230,7 +230,8 @@ func (r *Republisher) read(ctx context.Context) error {
 }
 
 // batch reads one page and sends its rows; it returns the rows read and
-// the last row's key.
+// the key of the last row sent (nil when none was): a row that stopped the
+// run is read but not sent, and must not count as done.
 func (r *Republisher) batch(ctx context.Context, conn *pgx.Conn, q *query, sql string, params [][]byte, b *batch) (int, []string, error) {
 	// Text results for every column (nil formats): the type's output, as
 	// pgoutput sends it.
@@ -253,10 +254,6 @@ func (r *Republisher) batch(ctx context.Context, conn *pgx.Conn, q *query, sql s
 				c.Null = row[at] == nil
 			}
 		}
-		last = last[:0]
-		for _, k := range q.keyAt {
-			last = append(last, string(row[k]))
-		}
 		n++
 		r.mu.Lock()
 		r.sum.RowsRead++
@@ -265,6 +262,10 @@ func (r *Republisher) batch(ctx context.Context, conn *pgx.Conn, q *query, sql s
 			<-r.room // the token taken for it
 			rr.Close()
 			return n, last, err
+		}
+		last = make([]string, len(q.keyAt))
+		for i, k := range q.keyAt {
+			last[i] = string(row[k])
 		}
 	}
 	if _, err := rr.Close(); err != nil {
