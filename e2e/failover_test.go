@@ -268,6 +268,13 @@ func TestFailoverBefore17(t *testing.T) {
 	w.waitMore(200)
 	w.stop()
 	wl.expectTable()
-	wl.check([]string{"payment"}, "after failing over PostgreSQL 16, --recreate-slot and republish")
+	// Order is not checked: the new slot streams what writers commit while
+	// republish still sends older events of the same aggregates, so their
+	// first deliveries interleave. The README says so.
+	v, _ := wl.verify([]string{"payment"}, 3*time.Minute)
+	t.Logf("verifier after failing over PostgreSQL 16, --recreate-slot and republish: %s", v)
+	if v.missing != 0 {
+		t.Fatalf("verifier: %s; missing ids: %v", v, v.missingIDs)
+	}
 	st.stop()
 }
