@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,6 +191,26 @@ func failover(t *testing.T, major int, kill bool) {
 	// The standby must hold the slot, persisted, before the failover: a
 	// promotion drops a synchronized slot that is still temporary.
 	testenv.WaitSlotSynced(t, ha.standby.URL, e.slot, slotConfirmed(t, ha.primary.URL, e.slot))
+	// status shows it, on either server.
+	for _, c := range []struct {
+		server, url string
+		want        map[string]any
+	}{
+		{"primary", ha.primary.URL, map[string]any{"failover": true, "synced": false, "server_in_recovery": false,
+			"synchronized_standby_slots": standbySlot, "standbys_streaming": true, "warnings": []any{}}},
+		{"standby", ha.standby.URL, map[string]any{"failover": true, "synced": true, "server_in_recovery": true}},
+	} {
+		out, _ := exec.Command(binary, "status", "--json", "--postgres-url", c.url, "--slot", e.slot).Output()
+		var got map[string]any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("status --json on the %s: %v\n%s", c.server, err, out)
+		}
+		for k, v := range c.want {
+			if !reflect.DeepEqual(got[k], v) {
+				t.Errorf("status on the %s: %s is %v, want %v\n%s", c.server, k, got[k], v, out)
+			}
+		}
+	}
 
 	began := time.Now()
 	if kill {

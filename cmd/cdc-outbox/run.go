@@ -411,6 +411,7 @@ func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, pu
 					info.WALStatus = "lost"
 				}
 				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+				m.SlotFailover(info.Failover, info.StandbysStreaming)
 				logWALStatus(log, walStatus, info)
 				walStatus = info.WALStatus
 			} else if errors.Is(err, replication.ErrSlotMissing) {
