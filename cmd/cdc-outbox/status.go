@@ -406,8 +406,8 @@ func (r *statusReport) judgeFailover(warn func(string, ...any)) {
 		warn("slot %q is not a failover slot, so a failover to a standby loses it: start cdc-outbox run with --slot-failover (the default) to switch it, "+
 			"or run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=<db> replication=database\")", r.Slot, r.Slot)
 	case r.SynchronizedStandbySlots == "":
-		warn("synchronized_standby_slots is not set on this primary: its walsender may send cdc-outbox changes a standby has not received yet, "+
-			"and after a failover to that standby cdc-outbox stops once and resumes from the slot there, sending some events again. "+
+		warn("synchronized_standby_slots is not set on this primary: its walsender may send cdc-outbox changes a standby has not received yet, " +
+			"and after a failover to that standby cdc-outbox stops once and resumes from the slot there, sending some events again. " +
 			"Set it to the physical slots of the standbys that may take over: ALTER SYSTEM SET synchronized_standby_slots = '<slot>'; SELECT pg_reload_conf()")
 	case !r.StandbysStreaming:
 		warn("a standby slot named in synchronized_standby_slots (%s) is missing or inactive: until its standby streams again, "+
