@@ -219,7 +219,10 @@ func failover(t *testing.T, major int, kill bool) {
 		ha.primary.Control("stop")
 	}
 	ha.standby.Control("promote")
-	t.Logf("failed over in %s", time.Since(began).Round(time.Millisecond))
+	promoted := time.Now()
+	e.waitStreaming() // the pool now reaches the new primary
+	t.Logf("old primary %s and standby promoted in %s; cdc-outbox streaming from the new primary %s after the promotion",
+		map[bool]string{true: "SIGKILLed", false: "stopped"}[kill], promoted.Sub(began).Round(time.Millisecond), time.Since(promoted).Round(time.Millisecond))
 	w.waitMore(300)
 	w.stop()
 	wl.expectTable()

@@ -120,8 +120,9 @@ func walLostError(slot string, confirmed pglogrepl.LSN, reason string, cause err
 	}
 	err := fmt.Errorf("replication slot %q: %w. %s. Outbox events committed after %s (the last confirmed position) "+
 		"have not reached Kafka and never will through this slot: they are skipped, not delayed, so cdc-outbox stops instead of going on without them. "+
-		"To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, "+
-		"which drops this slot and creates a new one that streams only what commits from then on; "+
+		"To recover: start once with --recreate-slot, which drops this slot and creates a new one that streams only what commits from then on, "+
+		"then re-publish the outbox rows committed after that position from the table: cdc-outbox republish --after-id <the last id up to which Kafka has every event> "+
+		"(or --since <a time before it>); consumers skip the repeats by event id; "+
 		"to prevent it, %s",
 		slot, ErrWALLost, what, confirmed, prevent)
 	var pgErr *pgconn.PgError

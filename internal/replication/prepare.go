@@ -236,8 +236,9 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *sl
 	remembered := strings.Contains(comment, " "+s.Slot+" (")
 	if remembered && !s.RecreateSlot {
 		return 0, fmt.Errorf("replication slot %q existed (cdc-outbox created it; the publication's comment says %q) and is gone: "+
-			"creating it again would skip every change committed since it was dropped. Re-publish the outbox rows committed since then "+
-			"from the table, then start once with --recreate-slot", s.Slot, comment)
+			"creating it again would skip every change committed since it was dropped. Start once with --recreate-slot (a new slot, streaming from "+
+			"its creation on), then re-publish the outbox rows committed since the old one stopped from the table with cdc-outbox republish "+
+			"--after-id <the last id up to which Kafka has every event> (or --since <time>)", s.Slot, comment)
 	}
 	create := `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
 	args := []any{s.Slot}

@@ -271,7 +271,7 @@ func (s *Stream) publicationGone(cause error) error {
 	return fmt.Errorf("publication %q does not exist at this point of the WAL (PostgreSQL said: %w): it was dropped while the slot still had changes to stream, "+
 		"and the server cannot stream past the drop through this slot, even once it is re-created. "+
 		"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
-		"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
+		"start cdc-outbox with --recreate-slot, then re-publish with cdc-outbox republish --after-id <id> the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
 		s.cfg.Publication, cause, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, s.pos.Confirmed())
 }
 
