@@ -69,7 +69,7 @@ func TestRepublishMatchesStream(t *testing.T) {
 	st.stop()
 
 	out := e.republish()
-	if !strings.Contains(out, "rows_read=251 acknowledged=251") {
+	if !strings.Contains(out, "rows_read=251 acknowledged=251 dead_lettered=0 timestamps_replaced=0") {
 		t.Fatalf("the summary does not count 251 rows read and acknowledged:\n%s", out)
 	}
 	_, got := wl.verify([]string{"payment"}, time.Minute)
@@ -117,5 +117,30 @@ func TestRepublishMatchesStream(t *testing.T) {
 	// The row before it was sent and acknowledged, the bad one not.
 	if !strings.Contains(out, `resume="--after-id `+ids[len(ids)-1]+`"`) {
 		t.Fatalf("republish stopped by a bad row does not say where to resume:\n%s", out)
+	}
+
+	// Under dead-letter, the stream and republish set the row aside alike;
+	// only the stream knows its LSN.
+	dlt := e.prefix + ".dead"
+	st = e.start("--on-bad-event", "dead-letter", "--dead-letter-topic", dlt)
+	e.republish("--after-id", ids[len(ids)-1], "--on-bad-event", "dead-letter", "--dead-letter-topic", dlt)
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(dlt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AllowAutoTopicCreation())
+	var dead []*kgo.Record
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for len(dead) < 2 && rctx.Err() == nil {
+		cl.PollFetches(rctx).EachRecord(func(r *kgo.Record) { dead = append(dead, r) })
+	}
+	st.stop()
+	if len(dead) != 2 {
+		t.Fatalf("%d dead-letter records, want 2 (the stream's, republish's)", len(dead))
+	}
+	withoutLSN := func(r *kgo.Record) []kgo.RecordHeader {
+		return slices.DeleteFunc(slices.Clone(r.Headers), func(h kgo.RecordHeader) bool { return h.Key == "lsn" })
+	}
+	a, b := dead[0], dead[1]
+	if !bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.Value, b.Value) ||
+		!slices.EqualFunc(withoutLSN(a), withoutLSN(b), func(x, y kgo.RecordHeader) bool { return x.Key == y.Key && bytes.Equal(x.Value, y.Value) }) {
+		t.Fatalf("dead-letter records differ:\n%q %s %v\n%q %s %v", a.Key, a.Value, a.Headers, b.Key, b.Value, b.Headers)
 	}
 }

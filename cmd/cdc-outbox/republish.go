@@ -115,7 +115,7 @@ func republishCommand(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext(log)
 	defer stop()
 	sum, err := republishRows(ctx, &c, kafkaOpts, log)
-	attrs := []any{"rows_read", sum.RowsRead, "acknowledged", sum.Acked, "dead_lettered", sum.DeadLettered,
+	attrs := []any{"rows_read", sum.RowsRead, "acknowledged", sum.Acked, "dead_lettered", sum.DeadLettered, "timestamps_replaced", sum.TimestampsReplaced,
 		"elapsed", sum.Elapsed.Round(time.Millisecond), "rows_per_second", perSecond(sum.Acked, sum.Elapsed)}
 	switch {
 	case err == nil:
@@ -163,6 +163,7 @@ func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt,
 		Select:          republish.Selection{AfterID: c.AfterID, UntilID: c.UntilID, Since: since, Until: until},
 		BatchSize:       c.BatchSize,
 		MaxInflight:     c.MaxInflightEvents,
+		Log:             log,
 		Progress: func(s republish.Summary) {
 			if c.ProgressInterval == 0 || time.Since(lastProgress) < c.ProgressInterval {
 				return

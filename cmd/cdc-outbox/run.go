@@ -197,7 +197,14 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	defer snk.Close()
+	// The sink closes after the loops that use it (the Kafka pinger) and
+	// after the stream, which drained it up to --shutdown-timeout: records
+	// still buffered then fail with kgo.ErrClientClosed, which the pipeline
+	// takes for a shutdown, not for bad events.
+	defer func() {
+		bg.stop()
+		snk.Close()
+	}()
 	p.SetSink(snk)
 
 	st := replication.New(replication.Config{

@@ -8,6 +8,7 @@
 //	cdc_outbox_events_skipped_total{reason}     counter   changes not published: update, delete, truncate, other_table
 //	cdc_outbox_bad_events_total{action}         counter   bad events: failed (stopped the stream) or dead_lettered
 //	cdc_outbox_publish_errors_total             counter   produce errors, retried ones included
+//	cdc_outbox_timestamps_replaced_total        counter   records whose created_at was too far ahead for Kafka and that carry the produce time instead
 //	cdc_outbox_lag_seconds                      gauge     age by commit time of the oldest transaction not yet confirmed; 0 when none
 //	cdc_outbox_replication_lag_bytes            gauge     server WAL end minus the confirmed LSN
 //	cdc_outbox_end_to_end_latency_seconds       histogram commit time to broker acknowledgement
@@ -80,6 +81,7 @@ type Metrics struct {
 	topics          sync.Map // topic → prometheus.Counter, so an ack costs no label hashing
 	badEvents       *prometheus.CounterVec
 	publishErrors   prometheus.Counter
+	tsReplaced      prometheus.Counter
 	latency         prometheus.Histogram
 	receiveLatency  prometheus.Histogram
 	slotRetained    prometheus.Gauge
@@ -110,6 +112,10 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		}, []string{"action"}),
 		publishErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "cdc_outbox_publish_errors_total", Help: "Errors producing to Kafka, including ones that were retried.",
+		}),
+		tsReplaced: f.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_outbox_timestamps_replaced_total",
+			Help: "Records whose created_at was too far ahead for Kafka (which refuses timestamps over an hour ahead by default) and that carry the produce time instead.",
 		}),
 		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "cdc_outbox_end_to_end_latency_seconds", Help: "Time from the transaction's commit to the broker's acknowledgement of its event.",
@@ -262,6 +268,10 @@ func (m *Metrics) Received(commitUnixNano int64) {
 // Bad records a bad event and what was done with it: failed or
 // dead_lettered.
 func (m *Metrics) Bad(action string) { m.badEvents.WithLabelValues(action).Inc() }
+
+// TimestampReplaced records a record whose created_at was replaced by the
+// produce time.
+func (m *Metrics) TimestampReplaced() { m.tsReplaced.Inc() }
 
 // Slot records the slot's state from the poller.
 func (m *Metrics) Slot(active bool, retainedBytes int64, walStatus string) {

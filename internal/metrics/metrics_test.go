@@ -50,6 +50,7 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.Acked("outbox.event.payment", time.Date(2026, 12, 1, 0, 0, 9, 996_000_000, time.UTC).UnixNano())
 	m.Acked("outbox.event.payment", 0)
 	m.Bad("dead_lettered")
+	m.TimestampReplaced()
 	m.Slot(true, 4096, "extended")
 	m.SlotFailover(true, false)
 	m.Kafka(true, false, false)
@@ -123,6 +124,9 @@ cdc_outbox_slot_wal_status{status="extended"} 1
 cdc_outbox_slot_wal_status{status="lost"} 0
 cdc_outbox_slot_wal_status{status="reserved"} 0
 cdc_outbox_slot_wal_status{status="unreserved"} 0
+# HELP cdc_outbox_timestamps_replaced_total Records whose created_at was too far ahead for Kafka (which refuses timestamps over an hour ahead by default) and that carry the produce time instead.
+# TYPE cdc_outbox_timestamps_replaced_total counter
+cdc_outbox_timestamps_replaced_total 1
 # HELP cdc_outbox_transactions_total Transactions fully confirmed to PostgreSQL.
 # TYPE cdc_outbox_transactions_total counter
 cdc_outbox_transactions_total 7
@@ -133,7 +137,7 @@ cdc_outbox_transactions_total 7
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
 		"cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
 		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
-		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_transactions_total",
+		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_timestamps_replaced_total", "cdc_outbox_transactions_total",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,6 +27,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 )
 
 // Bad-event policies.
@@ -83,6 +86,16 @@ type Pipeline struct {
 	inflightBytes atomic.Int64
 	room          chan struct{}
 	failed        chan error
+	sent          uint64 // records produced so far; orders them (replication goroutine only)
+
+	// Records the broker refused in a batch are sent again one at a time
+	// (refused.go). isolating is set while any is left; the rest is
+	// guarded by mu.
+	isolating atomic.Bool
+	mu        sync.Mutex
+	refusedQ  []*pending // refused in a batch, in promise order: to send alone
+	alone     *pending   // sent alone, not yet acknowledged or refused
+	next      *pending   // to produce next from the replication goroutine
 
 	obs Observer
 }
@@ -98,6 +111,9 @@ type Observer interface {
 	// Bad: an event could not be published; action is failed or
 	// dead_lettered.
 	Bad(action string)
+	// TimestampReplaced: an event's created_at was too far ahead for the
+	// broker, and the record carries the produce time instead.
+	TimestampReplaced()
 }
 
 type noObserver struct{}
@@ -105,6 +121,7 @@ type noObserver struct{}
 func (noObserver) Acked(string, int64) {}
 func (noObserver) Received(int64)      {}
 func (noObserver) Bad(string)          {}
+func (noObserver) TimestampReplaced()  {}
 
 // New builds a pipeline. The sink is attached with SetSink, because the
 // sink's acknowledgement callback is the pipeline's Ack.
@@ -156,11 +173,16 @@ type pending struct {
 	tx              *checkpoint.Tx
 	lsn             pglogrepl.LSN
 	size            int64
-	commitTime      int64 // unix nanoseconds, for latency
+	commitTime      int64             // unix nanoseconds, for latency
+	seq             uint64            // production order
+	rel             *decoder.Relation // the row's relation, named in a dead-letter record
+	// dead is set when the record is a dead-letter record: what it sets
+	// aside, logged once the broker has it.
+	dead *deadLetter
 }
 
-func (p *Pipeline) newPending(lsn pglogrepl.LSN) *pending {
-	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn}
+func (p *Pipeline) newPending(lsn pglogrepl.LSN, rel *decoder.Relation) *pending {
+	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn, rel: rel}
 }
 
 // WAL handles one pgoutput message that starts at lsn.
@@ -264,11 +286,17 @@ func (p *Pipeline) fill(ev *decoder.Event) {
 
 func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	p.fill(ev)
-	pd := p.newPending(lsn)
+	pd := p.newPending(lsn, ev.Relation)
 	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
 		return p.bad(lsn, ev, err)
 	}
-	pd.size = recordSize(&pd.rec)
+	if ts := pd.rec.Timestamp; ts.After(time.Now().Add(MaxTimestampAhead)) {
+		p.obs.TimestampReplaced()
+		p.log.Warn("created_at is too far ahead for Kafka, which refuses timestamps more than an hour ahead by default: the record carries the produce time instead. Check the writer's clock, or whether the column is timestamp without time zone written in local time",
+			"event_id", p.mapper.EventID(p.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
+		pd.rec.Timestamp = time.Time{}
+	}
+	pd.size = RecordSize(&pd.rec)
 	if int(pd.size) > p.cfg.MaxRecordBytes {
 		return p.bad(lsn, ev, &mapping.BadEventError{
 			EventID: p.mapper.EventID(p.cols),
@@ -280,11 +308,22 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	return nil
 }
 
+// MaxTimestampAhead is how far ahead of the streamer's clock a created_at
+// may be and still become the record's timestamp. Kafka refuses a record
+// more than message.timestamp.after.max.ms ahead of the broker's clock (one
+// hour by default since Kafka 3.6) with INVALID_TIMESTAMP; five minutes of
+// margin cover a broker clock somewhat behind this one. A later timestamp
+// is replaced by the produce time, so a wrong clock never stops the stream;
+// a broker set stricter refuses the record, and the bad-event policy
+// applies.
+const MaxTimestampAhead = time.Hour - 5*time.Minute
+
 // recordOverhead is a generous bound on a record's framing in a batch, so
 // the size check errs on the side of "too big" rather than a broker refusal.
 const recordOverhead = 512
 
-func recordSize(r *kgo.Record) int64 {
+// RecordSize is that bound for r: what --max-record-bytes is compared with.
+func RecordSize(r *kgo.Record) int64 {
 	n := len(r.Key) + len(r.Value) + len(r.Topic) + recordOverhead
 	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value) + 8
@@ -294,8 +333,10 @@ func recordSize(r *kgo.Record) int64 {
 
 func (p *Pipeline) send(pd *pending) {
 	pd.commitTime = p.commitTime
+	pd.seq = p.sent
+	p.sent++
 	if pd.size == 0 {
-		pd.size = recordSize(&pd.rec)
+		pd.size = RecordSize(&pd.rec)
 	}
 	// Set last: the mapping fills the record whole.
 	pd.rec.Context = pd
@@ -309,18 +350,48 @@ func (p *Pipeline) send(pd *pending) {
 // Ack is the sink's acknowledgement callback.
 func (p *Pipeline) Ack(r *kgo.Record, err error) {
 	pd := r.Context.(*pending)
-	if err != nil {
-		// A record the broker refused for good. Its transaction never
+	switch {
+	case err == nil:
+		p.acked(pd)
+	case errors.Is(err, kgo.ErrClientClosed):
+		// The producer was closed on shutdown, after --shutdown-timeout,
+		// with the record unacknowledged. Its position was never
+		// confirmed, so the next start sends it again: not a bad event.
+	case pd.dead != nil:
+		// Nowhere left to put the event.
+		p.obs.Bad("failed")
+		p.fail(fmt.Errorf("bad event %s at LSN %s could not be set aside: Kafka refused its dead-letter record for topic %q: %w%s",
+			pd.dead.id, pd.lsn, r.Topic, err, refusalHint(err)))
+	case sink.Refused(err):
+		p.refused(pd, err)
+	default:
+		// The cluster refuses (authorization, a topic that does not
+		// exist): every record would fail alike. The transaction never
 		// completes, so the confirmed position stays before it; stop.
 		p.obs.Bad("failed")
 		p.fail(fmt.Errorf("event %s at LSN %s: Kafka refused the record for topic %q: %w%s",
 			eventID(r), pd.lsn, r.Topic, err, refusalHint(err)))
-		return
 	}
-	p.obs.Acked(r.Topic, pd.commitTime)
+}
+
+// acked settles a record the broker has.
+func (p *Pipeline) acked(pd *pending) {
+	if p.isolating.Load() {
+		p.ackedWhileIsolating(pd)
+	}
+	if pd.dead != nil {
+		p.obs.Bad("dead_lettered")
+		p.log.Warn("bad event sent to the dead-letter topic", "event_id", pd.dead.id, "lsn", pd.lsn, "topic", pd.rec.Topic, "error", pd.dead.reason)
+	}
+	p.obs.Acked(pd.rec.Topic, pd.commitTime)
 	p.ckpt.Ack(pd.tx)
 	p.inflight.Add(-1)
 	p.inflightBytes.Add(-pd.size)
+	p.wake()
+}
+
+// wake tells a paused stream to ask Full again.
+func (p *Pipeline) wake() {
 	select {
 	case p.room <- struct{}{}:
 	default:
@@ -337,15 +408,21 @@ func (p *Pipeline) fail(err error) {
 // eventID reads the id header the mapping put first.
 func eventID(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == "id" {
+		if h.Key == mapping.HeaderID {
 			return string(h.Value)
 		}
 	}
 	return "?"
 }
 
-// Full reports whether reading must pause.
+// Full reports whether reading must pause. The replication goroutine asks
+// it before every message, so while refused records are sent again one at
+// a time it also produces the next of them (refused.go): all producing
+// stays on that goroutine, in one order.
 func (p *Pipeline) Full() bool {
+	if p.isolating.Load() {
+		return p.isolate()
+	}
 	return p.inflight.Load() >= int64(p.cfg.MaxInflightEvents) || p.inflightBytes.Load() >= p.cfg.MaxInflightBytes
 }
 

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 )
 
@@ -166,13 +164,4 @@ func TestCatalogErrorIsReturned(t *testing.T) {
 	if len(s.records) != 0 {
 		t.Fatalf("records %v", s.records)
 	}
-}
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }

@@ -240,15 +240,12 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *sl
 			"its creation on), then re-publish the outbox rows committed since the old one stopped from the table with cdc-outbox republish "+
 			"--after-id <the last id up to which Kafka has every event> (or --since <time>)", s.Slot, comment)
 	}
-	create := `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
-	args := []any{s.Slot}
-	if s.Failover && major >= failoverMajor {
-		// Not temporary, no two-phase, failover: synchronized to standbys
-		// that have sync_replication_slots = on.
-		create = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`
+	lsn, err := createSlotWatched(ctx, conn, s.Slot, s.Failover && major >= failoverMajor, log)
+	if err != nil && ctx.Err() != nil {
+		return 0, fmt.Errorf("create replication slot %s: gave up waiting for the transactions that were running in the cluster to end "+
+			"(the log names them: end them, then start again): %w", s.Slot, err)
 	}
-	var lsn string
-	if err := conn.QueryRow(ctx, create, args...).Scan(&lsn); err != nil {
+	if err != nil {
 		return 0, fmt.Errorf("create replication slot %s: %w", s.Slot, err)
 	}
 	start, err := pglogrepl.ParseLSN(lsn)

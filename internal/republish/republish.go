@@ -21,9 +21,9 @@ package republish
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -68,6 +68,9 @@ type Config struct {
 	MaxInflight int
 	// Progress, if set, is called after each batch is read.
 	Progress func(Summary)
+	// Log, if set, is told of each dead-lettered row and replaced
+	// timestamp, as the stream's log is.
+	Log *slog.Logger
 }
 
 // Producer is the sink as republish sees it; its acknowledgements go to
@@ -82,6 +85,10 @@ type Summary struct {
 	RowsRead     int64
 	Acked        int64 // records acknowledged by the broker, dead letters included
 	DeadLettered int64
+	// TimestampsReplaced counts records whose created_at was too far ahead
+	// for Kafka (pipeline.MaxTimestampAhead) and that carry the produce
+	// time instead, as the stream's do.
+	TimestampsReplaced int64
 	// Resume is the selection flag that starts a run after the last row
 	// that, with every row before it, was acknowledged ("" when none):
 	// --after-id <id>, or --since <created_at> (which includes that time
@@ -291,8 +298,19 @@ func (r *Republisher) send(vals []mapping.Column, q *query, row [][]byte, b *bat
 	pd := &pending{Context: context.Background(), b: b, id: r.mapper.EventID(vals)}
 	rec := &kgo.Record{}
 	err := r.mapper.Map(vals, rec)
+	if ts := rec.Timestamp; err == nil && ts.After(time.Now().Add(pipeline.MaxTimestampAhead)) {
+		// As the stream does: Kafka would refuse it (INVALID_TIMESTAMP).
+		rec.Timestamp = time.Time{}
+		r.mu.Lock()
+		r.sum.TimestampsReplaced++
+		r.mu.Unlock()
+		if r.cfg.Log != nil {
+			r.cfg.Log.Warn("created_at is too far ahead for Kafka, which refuses timestamps more than an hour ahead by default: the record carries the produce time instead",
+				"event_id", pd.id, "created_at", ts, "max_ahead", pipeline.MaxTimestampAhead.String())
+		}
+	}
 	if err == nil {
-		if size := recordSize(rec); size > r.cfg.MaxRecordBytes {
+		if size := pipeline.RecordSize(rec); size > int64(r.cfg.MaxRecordBytes) {
 			err = &mapping.BadEventError{EventID: pd.id, Reason: fmt.Sprintf("the record is about %d bytes, more than --max-record-bytes %d "+
 				"(keep it at or below the broker's message.max.bytes); shrink the payload or raise both limits", size, r.cfg.MaxRecordBytes)}
 		}
@@ -310,8 +328,13 @@ func (r *Republisher) send(vals []mapping.Column, q *query, row [][]byte, b *bat
 			return fmt.Errorf("%w %s: %v; fix the row (or the configuration) and run again with --after-id before it, "+
 				"or with --on-bad-event=dead-letter to set such events aside", ErrBadEvent, id, be)
 		}
-		rec = deadLetter(r.cfg.DeadLetterTopic, id, be, q, row, r.cfg.MaxRecordBytes/2)
+		dl := pipeline.DeadLetterRecord(r.cfg.DeadLetterTopic, be.EventID, "", q.table.Schema+"."+q.table.Relation, r.mapper.Source(), be,
+			r.cfg.MaxRecordBytes, func(limit int) []byte { return pipeline.RowJSON(q.all, row, limit) })
+		rec = &dl
 		pd.dead = true
+		if r.cfg.Log != nil {
+			r.cfg.Log.Warn("bad event sent to the dead-letter topic", "event_id", id, "topic", r.cfg.DeadLetterTopic, "error", be)
+		}
 	}
 	r.mu.Lock()
 	b.pending++
@@ -319,46 +342,6 @@ func (r *Republisher) send(vals []mapping.Column, q *query, row [][]byte, b *bat
 	rec.Context = pd
 	r.sink.Produce(rec)
 	return nil
-}
-
-// deadLetter is the dead-letter record of a bad row, shaped as the
-// stream's (pipeline): key the event id, value the row as a JSON object of
-// column to text (null for NULL, a note of the size for values over
-// limit), headers id, error and source_table. It has no lsn header: the
-// row was read from the table, not the WAL.
-func deadLetter(topic, id string, be *mapping.BadEventError, q *query, row [][]byte, limit int) *kgo.Record {
-	obj := make(map[string]any, len(q.all))
-	for i, name := range q.all {
-		switch v := row[i]; {
-		case v == nil:
-			obj[name] = nil
-		case len(v) > limit:
-			obj[name] = map[string]int{"omitted_bytes": len(v)}
-		default:
-			obj[name] = string(v)
-		}
-	}
-	value, err := json.Marshal(obj)
-	if err != nil { // maps of strings always marshal
-		panic(err)
-	}
-	return &kgo.Record{Topic: topic, Key: []byte(id), Value: value, Headers: []kgo.RecordHeader{
-		{Key: "id", Value: []byte(be.EventID)},
-		{Key: "error", Value: []byte(be.Error())},
-		{Key: "source_table", Value: []byte(q.table.Schema + "." + q.table.Relation)},
-	}}
-}
-
-// recordOverhead and recordSize estimate a record's size in a batch the
-// way the stream does (pipeline), so both call the same rows too large.
-const recordOverhead = 512
-
-func recordSize(r *kgo.Record) int {
-	n := len(r.Key) + len(r.Value) + len(r.Topic) + recordOverhead
-	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value) + 8
-	}
-	return n
 }
 
 // Ack is the sink's acknowledgement callback.
