@@ -344,16 +344,23 @@ func (r *Republisher) send(vals []mapping.Column, q *query, row [][]byte, b *bat
 	return nil
 }
 
-// Ack is the sink's acknowledgement callback.
+// Ack is the sink's acknowledgement callback. A record the broker refused
+// (too large for the topic, a timestamp out of its range, no permission)
+// stops the run under either policy: its batch never completes, so the
+// resume point stays before it. Its room is given back all the same, so
+// that a reader waiting for room sees the failure.
 func (r *Republisher) Ack(rec *kgo.Record, err error) {
 	pd := rec.Context.(*pending)
+	defer func() { <-r.room }()
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err != nil {
-		if r.failed == nil {
+		// kgo.ErrClientClosed: closed after an interrupt, unacknowledged,
+		// which the resume point already says.
+		if r.failed == nil && !errors.Is(err, kgo.ErrClientClosed) {
 			r.failed = fmt.Errorf("%w: event %s for topic %q: %w", ErrRefused, pd.id, rec.Topic, err)
 		}
-		r.mu.Unlock()
-		return // its token stays taken: nothing more is read
+		return
 	}
 	r.sum.Acked++
 	if pd.dead {
@@ -361,11 +368,9 @@ func (r *Republisher) Ack(rec *kgo.Record, err error) {
 	}
 	pd.b.pending--
 	r.advance()
-	r.mu.Unlock()
-	<-r.room
 }
 
-// advance moves Through past every batch that is read and wholly
+// advance moves Resume past every batch that is read and wholly
 // acknowledged, oldest first. Called with mu held.
 func (r *Republisher) advance() {
 	for len(r.batches) > 0 {
