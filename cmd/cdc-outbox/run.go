@@ -152,6 +152,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		CreatePublication: c.CreatePublication,
 		CreateSlot:        c.CreateSlot,
 		RecreateSlot:      c.RecreateSlot,
+		Failover:          c.SlotFailover,
 	}, log)
 	cancel()
 	if err != nil {
@@ -401,7 +402,7 @@ func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, pu
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var err error
 		if conn == nil || conn.IsClosed() {
-			conn, err = pgx.Connect(qctx, c.PostgresURL)
+			conn, err = replication.ConnectPrimary(qctx, c.PostgresURL)
 			if err != nil {
 				conn = nil
 			}
@@ -417,6 +418,7 @@ func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, pu
 					info.WALStatus = "lost"
 				}
 				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+				m.SlotFailover(info.Failover, info.StandbysStreaming)
 				logWALStatus(log, walStatus, info)
 				walStatus = info.WALStatus
 			} else if errors.Is(err, replication.ErrSlotMissing) {
@@ -429,7 +431,7 @@ func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, pu
 				published.Store(problem == "")
 				if problem != "" {
 					log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
-						"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile",
+						"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
 						"problem", problem, "table", table.String(), "publication", c.Publication)
 				}
 			}
@@ -468,7 +470,7 @@ func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
 	case "lost":
 		what, _ := replication.Invalidation(info.Reason())
 		log.Error("the slot is invalidated: "+what+". The events it had not streamed will not reach Kafka through this slot; "+
-			"cdc-outbox stops when the stream ends. Re-publish them from the outbox table, then start with --recreate-slot", attrs...)
+			"cdc-outbox stops when the stream ends. Start with --recreate-slot, then re-publish them from the outbox table with cdc-outbox republish", attrs...)
 	case "reserved":
 		if prev == "extended" || prev == "unreserved" {
 			log.Info("the slot's WAL is within max_wal_size again", attrs...)

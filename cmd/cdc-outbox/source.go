@@ -7,8 +7,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 )
 
@@ -49,7 +47,7 @@ func resolveSource(ctx context.Context, c *runConfig) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.PostgresURL)
+	conn, err := replication.ConnectPrimary(ctx, c.PostgresURL)
 	if err != nil {
 		return "", fmt.Errorf("connect to PostgreSQL to derive the default --source: %w", replication.ExplainConnect(err))
 	}

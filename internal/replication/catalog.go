@@ -136,7 +136,7 @@ func OpenCatalog(ctx context.Context, cfg CatalogConfig) (*Catalog, error) {
 func (c *Catalog) Outbox() Relation { return c.outbox }
 
 func (c *Catalog) connect(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, c.cfg.URL)
+	conn, err := ConnectPrimary(ctx, c.cfg.URL)
 	if err != nil {
 		return fmt.Errorf("%w: connect: %w", ErrCatalog, ExplainConnect(err))
 	}

@@ -22,6 +22,12 @@ var ErrSlotInUse = errors.New("replication slot is in use by another process")
 // recreate the slot, since that skips those changes.
 var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
 
+// ErrSlotGone means the replication slot does not exist where cdc-outbox
+// streams: dropped while it ran, or not carried over to a standby that was
+// promoted. A new slot would skip what was committed in between, so only a
+// person may decide to create one (--recreate-slot).
+var ErrSlotGone = errors.New("the replication slot is gone")
+
 // ErrServerSilent means the replication connection was given up because the
 // server sent nothing, not even an answer to a requested reply, for the
 // receive timeout: the network or the server hangs. Streaming resumes on a
@@ -114,8 +120,9 @@ func walLostError(slot string, confirmed pglogrepl.LSN, reason string, cause err
 	}
 	err := fmt.Errorf("replication slot %q: %w. %s. Outbox events committed after %s (the last confirmed position) "+
 		"have not reached Kafka and never will through this slot: they are skipped, not delayed, so cdc-outbox stops instead of going on without them. "+
-		"To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, "+
-		"which drops this slot and creates a new one that streams only what commits from then on; "+
+		"To recover: start once with --recreate-slot, which drops this slot and creates a new one that streams only what commits from then on, "+
+		"then re-publish the outbox rows committed after that position from the table: cdc-outbox republish --after-id <the last id up to which Kafka has every event> "+
+		"(or --since <a time before it>); consumers skip the repeats by event id; "+
 		"to prevent it, %s",
 		slot, ErrWALLost, what, confirmed, prevent)
 	var pgErr *pgconn.PgError

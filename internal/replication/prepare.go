@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 )
@@ -24,14 +25,21 @@ type Setup struct {
 	// RecreateSlot allows creating a slot that existed before and is gone,
 	// knowing that the changes since it was dropped are not streamed.
 	RecreateSlot bool
+	// Failover makes the slot a failover slot on PostgreSQL 17 and newer:
+	// created with failover = true, or switched to it when it exists
+	// without (see failoverSlot). Older servers have no such slots.
+	Failover bool
 }
+
+// failoverMajor is the first PostgreSQL major with failover slots.
+const failoverMajor = 17
 
 // Prepare checks, on a normal connection to url, everything streaming needs,
 // creates the publication and slot when missing and allowed, and returns the
 // slot's confirmed position: where streaming starts. Each failed check is one
 // error line that says how to fix it.
 func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := ConnectPrimary(ctx, url)
 	if err != nil {
 		return 0, fmt.Errorf("connect to PostgreSQL: %w", ExplainConnect(err))
 	}
@@ -72,7 +80,7 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogr
 	if err := preparePublication(ctx, conn, s, t, log); err != nil {
 		return 0, err
 	}
-	return prepareSlot(ctx, conn, s, log)
+	return prepareSlot(ctx, conn, url, s, log)
 }
 
 // createPublication is the statement that creates the publication
@@ -131,18 +139,25 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, l
 	return nil
 }
 
-func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
+func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
+	major := serverMajor(conn.PgConn().ParameterStatus("server_version"))
+	if s.Failover && major < failoverMajor {
+		log.Info("failover slots need PostgreSQL 17 or newer: on this server the slot lives on the primary only, and a failover to a standby loses it "+
+			"(cdc-outbox then stops and says how to recover with cdc-outbox republish; see High availability in the README)", "server_major", major)
+	}
 	var plugin, database string
 	var confirmed pglogrepl.LSN
 	var current string
 	var state SlotInfo // the columns that tell an invalidated slot
 	var inactiveSince *time.Time
+	var failover bool
 	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), coalesce(database, ''), coalesce(confirmed_flush_lsn, '0/0')::text,
-		current_database(), coalesce(wal_status, ''), `+slotColumns+` FROM pg_replication_slots s WHERE slot_name = $1`, s.Slot).
-		Scan(&plugin, &database, &confirmed, &current, &state.WALStatus, &state.InvalidationReason, &state.Conflicting, &inactiveSince)
+		current_database(), coalesce(wal_status, ''), `+slotColumns+`, coalesce((to_jsonb(s)->>'failover')::bool, false)
+		FROM pg_replication_slots s WHERE slot_name = $1`, s.Slot).
+		Scan(&plugin, &database, &confirmed, &current, &state.WALStatus, &state.InvalidationReason, &state.Conflicting, &inactiveSince, &failover)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.CreateSlot:
-		return createSlot(ctx, conn, s, log)
+		return createSlot(ctx, conn, s, major, log)
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("replication slot %q does not exist: start with --create-slot, or run SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", s.Slot, s.Slot)
 	case err != nil:
@@ -164,9 +179,45 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 		}
 		log.Warn("dropped the replication slot that lost its WAL (--recreate-slot): outbox events committed after its last confirmed position "+
 			"and before the new slot are not streamed", "slot", s.Slot, "confirmed_lsn", confirmed)
-		return createSlot(ctx, conn, s, log)
+		return createSlot(ctx, conn, s, major, log)
+	}
+	if s.Failover && major >= failoverMajor && !failover {
+		failoverSlot(ctx, url, s.Slot, log)
 	}
 	return confirmed, nil
+}
+
+// failoverSlot switches an existing slot to a failover slot
+// (ALTER_REPLICATION_SLOT, PostgreSQL 17+, on a replication connection):
+// one made before --slot-failover, by hand, or by an older cdc-outbox.
+// --slot-failover asks for a slot that survives a failover, and the switch
+// costs nothing and loses nothing. It fails while another process streams
+// from the slot (a hot standby instance starting beside the active one);
+// that is no reason not to start, so it is a warning, and the next start
+// tries again.
+func failoverSlot(ctx context.Context, url, slot string, log *slog.Logger) {
+	err := func() error {
+		cfg, err := ParseConfig(url)
+		if err != nil {
+			return err
+		}
+		cfg.RuntimeParams["replication"] = "database"
+		conn, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return ExplainConnect(err)
+		}
+		defer conn.Close(context.Background())
+		// Slot names are [a-z0-9_] (checked with the flags): no quoting.
+		_, err = conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+slot+" ( FAILOVER true )").ReadAll()
+		return err
+	}()
+	if err != nil {
+		log.Warn("could not make the slot a failover slot (ALTER_REPLICATION_SLOT ... (FAILOVER true)): a failover to a standby would lose it. "+
+			"It is retried at the next start; or run it yourself on a replication connection: "+
+			"psql \"dbname=<db> replication=database\" -c 'ALTER_REPLICATION_SLOT "+slot+" (FAILOVER true)'", "slot", slot, "error", err)
+		return
+	}
+	log.Info("made the slot a failover slot: PostgreSQL synchronizes it to standbys with sync_replication_slots = on", "slot", slot)
 }
 
 // slotMarker is how cdc-outbox remembers, in the publication's comment,
@@ -175,7 +226,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 // change since, so that takes --recreate-slot.
 const slotMarker = "cdc-outbox created replication slots:"
 
-func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
+func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *slog.Logger) (pglogrepl.LSN, error) {
 	var comment string
 	err := conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`,
 		s.Publication).Scan(&comment)
@@ -185,10 +236,11 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) 
 	remembered := strings.Contains(comment, " "+s.Slot+" (")
 	if remembered && !s.RecreateSlot {
 		return 0, fmt.Errorf("replication slot %q existed (cdc-outbox created it; the publication's comment says %q) and is gone: "+
-			"creating it again would skip every change committed since it was dropped. Re-publish the outbox rows committed since then "+
-			"from the table, then start once with --recreate-slot", s.Slot, comment)
+			"creating it again would skip every change committed since it was dropped. Start once with --recreate-slot (a new slot, streaming from "+
+			"its creation on), then re-publish the outbox rows committed since the old one stopped from the table with cdc-outbox republish "+
+			"--after-id <the last id up to which Kafka has every event> (or --since <time>)", s.Slot, comment)
 	}
-	lsn, err := createSlotWatched(ctx, conn, s.Slot, log)
+	lsn, err := createSlotWatched(ctx, conn, s.Slot, s.Failover && major >= failoverMajor, log)
 	if err != nil && ctx.Err() != nil {
 		return 0, fmt.Errorf("create replication slot %s: gave up waiting for the transactions that were running in the cluster to end "+
 			"(the log names them: end them, then start again): %w", s.Slot, err)
@@ -204,7 +256,7 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) 
 		log.Warn("re-created the replication slot (--recreate-slot): changes committed before it are not streamed", "slot", s.Slot, "lsn", start)
 		return start, nil
 	}
-	log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start)
+	log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start, "failover", s.Failover && major >= failoverMajor)
 	if !strings.HasPrefix(comment, slotMarker) {
 		comment = slotMarker
 	}

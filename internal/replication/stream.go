@@ -77,6 +77,11 @@ type Stream struct {
 	lastSent   pglogrepl.LSN
 	lastSentAt time.Time
 
+	// server is the server streamed from (follow); failover is set while
+	// a session runs on a primary promoted since the previous session.
+	server   server
+	failover *failover
+
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
 	reconnects atomic.Uint64
@@ -186,21 +191,21 @@ func (s *Stream) session(ctx context.Context) error {
 		setupCtx, cancel = context.WithTimeout(ctx, s.cfg.ReceiveTimeout)
 		defer cancel()
 	}
-	cfg, err := pgconn.ParseConfig(s.cfg.URL)
+	cfg, err := ParseConfig(s.cfg.URL)
 	if err != nil {
 		return fatal{fmt.Errorf("postgres url: %w", err)}
 	}
 	cfg.RuntimeParams["replication"] = "database"
-	// pgoutput sends column values in the session's text format: pin the
-	// formats the mapping parses, whatever the server's defaults are.
-	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
-	cfg.RuntimeParams["TimeZone"] = "UTC"
+	TextFormats(cfg.RuntimeParams)
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
 		return ExplainConnect(err)
 	}
 	defer conn.Close(context.Background())
+	if err := s.follow(setupCtx, conn); err != nil {
+		return err
+	}
 
 	start := s.pos.Confirmed()
 	args := []string{
@@ -234,9 +239,12 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	}
 	confirmed := s.pos.Confirmed()
 	switch {
+	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot") && s.failover != nil:
+		return s.slotGoneAfterFailover(err)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot"):
-		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
-			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
+		return fmt.Errorf("%w: %w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
+			"Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events committed since the last one "+
+			"Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)", ErrSlotGone, err, confirmed)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
 		return s.publicationGone(err)
 	case pgErr.Code == codeObjectNotInState || pgErr.Code == codeUndefinedFile:
@@ -263,7 +271,7 @@ func (s *Stream) publicationGone(cause error) error {
 	return fmt.Errorf("publication %q does not exist at this point of the WAL (PostgreSQL said: %w): it was dropped while the slot still had changes to stream, "+
 		"and the server cannot stream past the drop through this slot, even once it is re-created. "+
 		"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
-		"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
+		"start cdc-outbox with --recreate-slot, then re-publish with cdc-outbox republish --after-id <id> the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
 		s.cfg.Publication, cause, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, s.pos.Confirmed())
 }
 
