@@ -34,7 +34,9 @@ PG_MATRIX  ?= 14 16 17 18
 # standby, the slot's lifecycle (dropped, WAL lost, invalidated), status,
 # the role and TLS setups, and the outbox's table shapes (partitioned,
 # renamed, quoted, shared publications) and sources, which PostgreSQL
-# versions differ in.
+# versions differ in. (The failover tests are not among them: they start a
+# primary and a standby of their own, of the majors they need, 16 to 18,
+# in the full suite.)
 CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused)$$
 
 # Every test but the end-to-end ones, then those, verbosely.

@@ -2,6 +2,7 @@
 # A throwaway local PostgreSQL cluster for tests, the demo and benchmarks.
 #
 #   scripts/postgres.sh start|stop|restart|kill|status|url|logs|destroy|init|datadir|version
+#   scripts/postgres.sh standby PRIMARY_URL SLOT|promote
 #
 # The cluster is built from the machine's server binaries (initdb/pg_ctl on
 # PATH, else the newest /usr/lib/postgresql/*/bin), listens on 127.0.0.1 only,
@@ -28,6 +29,15 @@
 # folder, so a caller can change its configuration or add files (TLS
 # certificates) before the first start; internal/testenv does that for tests
 # that need a server of their own.
+#
+# `standby PRIMARY_URL SLOT` makes the cluster, instead of initdb, a streaming
+# standby of the running primary at PRIMARY_URL (a superuser's URL of one of its
+# databases): a base backup that creates the physical replication slot SLOT
+# there, primary_conninfo (with the database name, which slot synchronization
+# needs) and primary_slot_name, hot_standby_feedback = on and, on PostgreSQL 17
+# and newer, sync_replication_slots = on, so the primary's failover slots are
+# synchronized to it. `start` then starts it; `promote` makes it a primary.
+# Run it with the same PG_VERSION as the primary, and another CDC_OUTBOX_LOCAL.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -253,6 +263,44 @@ init() {
 	EOF
 }
 
+standby() {
+	local primary=$1 slot=$2 bin version
+	[ -n "$primary" ] && [ -n "$slot" ] || die "usage: $0 standby PRIMARY_URL SLOT"
+	[ -s "$data/PG_VERSION" ] && die "$data already holds a cluster: destroy it first"
+	bin=$(bindir)
+	if [ -n "$runas" ]; then
+		id "$runas" >/dev/null 2>&1 || useradd --system --no-create-home "$runas"
+	fi
+	mkdir -p "$data" "$state"
+	[ -z "$runas" ] || chown "$runas" "$data"
+	chmod 700 "$data"
+	as "$bin/pg_basebackup" --pgdata="$data" --dbname="$primary" --wal-method=stream \
+		--create-slot --slot="$slot" --checkpoint=fast >"$data.initdb.log" 2>&1 ||
+		{ cat "$data.initdb.log" >&2; die "pg_basebackup from $primary failed"; }
+	version=$(cat "$data/PG_VERSION")
+	touch "$state/unstarted"
+	as touch "$data/standby.signal"
+	# Appended after the primary's settings (its port among them): the last
+	# line of a setting wins.
+	as sh -c "cat >>'$data/postgresql.conf'" <<-EOF
+
+		# --- scripts/postgres.sh standby ---
+		port = $(port)
+		primary_conninfo = '$primary'
+		primary_slot_name = '$slot'
+		hot_standby = on
+		hot_standby_feedback = on
+	EOF
+	if [ "$version" -ge 17 ]; then
+		as sh -c "echo 'sync_replication_slots = on' >>'$data/postgresql.conf'"
+	fi
+}
+
+promote() {
+	running || die "not running"
+	as "$(bindir)/pg_ctl" promote -D "$data" -w -t 60 >/dev/null
+}
+
 running() {
 	local pid
 	pid=$(head -n 1 "$data/postmaster.pid" 2>/dev/null || true)
@@ -335,6 +383,8 @@ status)
 	;;
 url) url ;;
 init) init ;;
+standby) standby "${2:-}" "${3:-}" ;;
+promote) promote ;;
 datadir) echo "$data" ;;
 version) "$(bindir)/postgres" --version ;;
 logs) cat "$logfile" ;;
@@ -344,7 +394,7 @@ destroy)
 	# The next start makes a new cluster from scratch.
 	;;
 *)
-	echo "usage: $0 start|stop|restart|kill|status|url|logs|destroy|init|datadir|version" >&2
+	echo "usage: $0 start|stop|restart|kill|status|url|logs|destroy|init|datadir|version|standby PRIMARY_URL SLOT|promote" >&2
 	exit 2
 	;;
 esac

@@ -10,6 +10,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 )
 
@@ -49,6 +50,9 @@ func advise(err error) []string {
 		return []string{"; shrink the payload, or raise --max-record-bytes together with the broker's message.max.bytes (keep it at or below that)"}
 	case *pipeline.RefusedError:
 		return nonEmpty(kafkaRefusal(e.Err))
+	case *republish.BadEventError:
+		return append(advise(e.Err), "; fix the row (or the configuration) and run again with --after-id before it, "+
+			"or with --on-bad-event=dead-letter to set such events aside")
 	case interface{ Unwrap() []error }:
 		var all []string
 		for _, inner := range e.Unwrap() {
@@ -58,7 +62,26 @@ func advise(err error) []string {
 	case interface{ Unwrap() error }:
 		return advise(e.Unwrap())
 	}
+	for _, s := range sentinelAdvice {
+		// Compared as interfaces: a leaf of another type is never equal,
+		// whatever its type (a map lookup would panic on an error value
+		// that is not comparable).
+		if err == s.err {
+			return []string{s.advice}
+		}
+	}
 	return nil
+}
+
+// sentinelAdvice is what to do about conditions the internal packages
+// return as a sentinel wrapped with the facts.
+var sentinelAdvice = []struct {
+	err    error
+	advice string
+}{
+	{republish.ErrNotOrdered, ": select by --since and --until (created_at) instead"},
+	{republish.ErrNoCreatedAt, ": select by --after-id and --until-id instead, or name the column with --column-created-at"},
+	{republish.ErrNoIDColumn, " (--column-id names it)"},
 }
 
 func nonEmpty(s string) []string {
@@ -116,19 +139,29 @@ func replicationAdvice(e *replication.Error) string {
 	case errors.Is(e.Err, replication.ErrSlotDatabase):
 		return ": connect to that database or choose another --slot"
 	case errors.Is(e.Err, replication.ErrSlotForgotten):
-		return ". Re-publish the outbox rows committed since then from the table, then start once with --recreate-slot"
-	case errors.Is(e.Err, replication.ErrSlotDropped):
-		return ". Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again " +
-			"(with --create-slot it makes a new slot that streams from its creation on)"
+		return ". Start once with --recreate-slot (a new slot, streaming from its creation on), then re-publish the outbox rows committed " +
+			"since the old one stopped from the table with cdc-outbox republish --after-id <the last id up to which Kafka has every event> (or --since <time>)"
+	case errors.Is(e.Err, replication.ErrSlotGone) && e.AfterFailover:
+		return ". cdc-outbox makes its slot a failover slot with --slot-failover (the default). " +
+			"To recover: start cdc-outbox once with --recreate-slot (a new slot, streaming from its creation on), " +
+			"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
+			"consumers skip the repeats by event id. See High availability in the README"
+	case errors.Is(e.Err, replication.ErrSlotGone):
+		return ". Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events " +
+			"committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)"
+	case errors.Is(e.Err, replication.ErrOtherCluster):
+		return "; check --postgres-url"
 	case errors.Is(e.Err, replication.ErrPublicationGone):
 		return fmt.Sprintf(". To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), "+
 			"drop the slot (SELECT pg_drop_replication_slot('%s')), start cdc-outbox with --recreate-slot, "+
-			"then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
+			"then re-publish with cdc-outbox republish --after-id <id> the outbox rows committed after the last confirmed position %s "+
+			"(those your consumers have not seen; they dedupe by event id)",
 			pgname.Quote(e.Publication), e.Slot, e.Confirmed)
 	case errors.Is(e.Err, replication.ErrWALLost):
 		_, prevent := replication.Invalidation(e.Reason)
-		return ". To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, " +
-			"which drops this slot and creates a new one that streams only what commits from then on; " +
+		return ". To recover: start once with --recreate-slot, which drops this slot and creates a new one that streams only what commits from then on, " +
+			"then re-publish the outbox rows committed after that position from the table: cdc-outbox republish --after-id <the last id up to which Kafka has every event> " +
+			"(or --since <a time before it>); consumers skip the repeats by event id; " +
 			"to prevent it, " + prevent
 	}
 	return ""

@@ -16,6 +16,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 )
 
 // TestAdvice pins every piece of advice the command gives about an error of
@@ -70,21 +71,31 @@ func TestAdvice(t *testing.T) {
 		{"slot of another plugin", &replication.Error{Err: replication.ErrSlotPlugin}, ": choose another --slot, or drop that slot if nothing else uses it"},
 		{"slot of another database", &replication.Error{Err: replication.ErrSlotDatabase}, ": connect to that database or choose another --slot"},
 		{"slot forgotten", &replication.Error{Err: replication.ErrSlotForgotten},
-			". Re-publish the outbox rows committed since then from the table, then start once with --recreate-slot"},
-		{"slot dropped while streaming", &replication.Error{Err: replication.ErrSlotDropped},
-			". Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again " +
-				"(with --create-slot it makes a new slot that streams from its creation on)"},
+			". Start once with --recreate-slot (a new slot, streaming from its creation on), then re-publish the outbox rows committed " +
+				"since the old one stopped from the table with cdc-outbox republish --after-id <the last id up to which Kafka has every event> (or --since <time>)"},
+		{"slot dropped while streaming", &replication.Error{Err: replication.ErrSlotGone},
+			". Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events " +
+				"committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)"},
+		{"slot not carried over a failover", &replication.Error{Err: replication.ErrSlotGone, AfterFailover: true},
+			". cdc-outbox makes its slot a failover slot with --slot-failover (the default). " +
+				"To recover: start cdc-outbox once with --recreate-slot (a new slot, streaming from its creation on), " +
+				"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
+				"consumers skip the repeats by event id. See High availability in the README"},
+		{"another cluster", &replication.Error{Err: replication.ErrOtherCluster}, "; check --postgres-url"},
 		{"publication gone", &replication.Error{Err: replication.ErrPublicationGone, Publication: "cdc_outbox", Slot: "s", Confirmed: 0x152E2B0},
 			`. To recover: re-create it (CREATE PUBLICATION "cdc_outbox" FOR TABLE <outbox table> WITH (publish = 'insert')), ` +
 				"drop the slot (SELECT pg_drop_replication_slot('s')), start cdc-outbox with --recreate-slot, " +
-				"then re-publish the outbox rows committed after the last confirmed position 0/152E2B0 (those your consumers have not seen; they dedupe by event id)"},
+				"then re-publish with cdc-outbox republish --after-id <id> the outbox rows committed after the last confirmed position 0/152E2B0 " +
+				"(those your consumers have not seen; they dedupe by event id)"},
 		{"WAL lost", &replication.Error{Err: replication.ErrWALLost, Slot: "s"},
-			". To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, " +
-				"which drops this slot and creates a new one that streams only what commits from then on; " +
+			". To recover: start once with --recreate-slot, which drops this slot and creates a new one that streams only what commits from then on, " +
+				"then re-publish the outbox rows committed after that position from the table: cdc-outbox republish --after-id <the last id up to which Kafka has every event> " +
+				"(or --since <a time before it>); consumers skip the repeats by event id; " +
 				`to prevent it, raise max_slot_wal_keep_size or alert on cdc_outbox_slot_wal_status{status="unreserved"}`},
 		{"WAL lost, idle", fmt.Errorf("stream: %w", &replication.Error{Err: replication.ErrWALLost, Slot: "s", Reason: "idle_timeout"}),
-			". To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, " +
-				"which drops this slot and creates a new one that streams only what commits from then on; " +
+			". To recover: start once with --recreate-slot, which drops this slot and creates a new one that streams only what commits from then on, " +
+				"then re-publish the outbox rows committed after that position from the table: cdc-outbox republish --after-id <the last id up to which Kafka has every event> " +
+				"(or --since <a time before it>); consumers skip the repeats by event id; " +
 				"to prevent it, keep cdc-outbox running (a hot standby instance on the same slot takes over within seconds), " +
 				"or raise idle_replication_slot_timeout (0 turns it off)"},
 		{"server error", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}, ""},
@@ -128,6 +139,20 @@ func TestAdvice(t *testing.T) {
 		{"cluster: SASL", &pipeline.ProduceError{EventID: "7", Err: &pipeline.RefusedError{Topic: "t", Err: kerr.SaslAuthenticationFailed}},
 			"; SASL authentication failed: check --kafka-sasl-username and the password (--kafka-sasl-password-file or --kafka-sasl-password), " +
 				"that the user exists on the broker with credentials for --kafka-sasl-mechanism, and that --kafka-brokers names its SASL listener"},
+
+		// Re-publishing from the table (republish).
+		{"republish: bad row", &republish.BadEventError{EventID: "42", Err: &mapping.BadEventError{EventID: "42", Column: "payload", Reason: "is NULL"}},
+			"; fix the row (or the configuration) and run again with --after-id before it, or with --on-bad-event=dead-letter to set such events aside"},
+		{"republish: row too large", &republish.BadEventError{EventID: "42", Err: &pipeline.TooLargeError{Size: 2 << 20, Limit: 1 << 20}},
+			"; shrink the payload, or raise --max-record-bytes together with the broker's message.max.bytes (keep it at or below that)" +
+				"; fix the row (or the configuration) and run again with --after-id before it, or with --on-bad-event=dead-letter to set such events aside"},
+		{"republish: uuid ids", fmt.Errorf("%w: selecting rows by id needs ids that grow", republish.ErrNotOrdered),
+			": select by --since and --until (created_at) instead"},
+		{"republish: no created_at", fmt.Errorf("%w: selecting rows by time needs the created_at column", republish.ErrNoCreatedAt),
+			": select by --after-id and --until-id instead, or name the column with --column-created-at"},
+		{"republish: no id column", fmt.Errorf("%w: public.outbox has no column \"id\"", republish.ErrNoIDColumn), " (--column-id names it)"},
+		{"republish: refused", fmt.Errorf("%w: event 7: %w", republish.ErrRefused, &pipeline.RefusedError{Topic: "t", Err: kerr.TopicAuthorizationFailed}),
+			"; grant the producer WRITE on the topic"},
 
 		// Reaching the brokers (the health check's errors).
 		{"kafka SASL", fmt.Errorf("Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512: %w", kerr.SaslAuthenticationFailed),

@@ -23,6 +23,7 @@ func flagNames() []string {
 	names := []string{configFlag}
 	names = append(names, runFlags(&runConfig{}).order...)
 	names = append(names, statusFlags(&statusConfig{}).order...)
+	names = append(names, republishFlags(&republishConfig{}).order...)
 	slices.Sort(names)
 	return slices.Compact(names)
 }
@@ -125,6 +126,8 @@ func TestNoSQLInCommand(t *testing.T) {
 // allowedImports are the imports between the streamer's own packages: the
 // pipeline joins the decoder, the mapping and the checkpoint (the sink it
 // takes as an interface); the replication knows the decoder's relations;
+// republish, the second way from the table to Kafka, reuses the mapping,
+// the pipeline's bad-event records and the replication's catalog lookups;
 // the rest import none of ours but the outbox contract, and metrics and the
 // command are imported by no one. A new edge is a design decision: make it in docs/architecture.md
 // and here.
@@ -136,10 +139,11 @@ var allowedImports = map[string][]string{
 	"internal/pgname":      nil,
 	"internal/pipeline":    {"internal/checkpoint", "internal/decoder", "internal/mapping", "outbox/contract"},
 	"internal/replication": {"internal/decoder", "internal/pgname"},
+	"internal/republish":   {"internal/mapping", "internal/pgname", "internal/pipeline", "internal/replication"},
 	"internal/sink":        nil,
 	"internal/testenv":     nil,
 	"cmd/cdc-outbox": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/metrics", "internal/pgname",
-		"internal/pipeline", "internal/replication", "internal/sink", "outbox/contract"},
+		"internal/pipeline", "internal/replication", "internal/republish", "internal/sink", "outbox/contract"},
 }
 
 // TestImportGraph: go list's imports of the streamer's packages (tests

@@ -146,6 +146,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		CreatePublication: c.CreatePublication,
 		CreateSlot:        c.CreateSlot,
 		RecreateSlot:      c.RecreateSlot,
+		Failover:          c.SlotFailover,
 	}, log)
 	cancel()
 	if err != nil {

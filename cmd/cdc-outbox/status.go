@@ -86,6 +86,12 @@ const (
 //	                     false on older servers)
 //	inactive_since       when the slot was last released (17+), RFC 3339 in UTC; "" while active
 //	                     or on older servers
+//	failover             a failover slot (17+): standbys with sync_replication_slots = on keep a copy
+//	synced               the slot is such a copy: read on a standby (or on one promoted since)
+//	server_in_recovery   the server read is a standby
+//	synchronized_standby_slots  the server's setting (17+): the standbys' physical slots the
+//	                     logical walsenders wait for; "" when unset or on older servers
+//	standbys_streaming   every slot synchronized_standby_slots names exists and is active
 //	publication          --publication
 //	publication_exists   whether pg_publication has it
 //	publishes_inserts    whether the publication publishes inserts
@@ -127,6 +133,14 @@ type statusReport struct {
 	Conflicting        bool   `json:"conflicting"`
 	InactiveSince      string `json:"inactive_since"`
 	inactiveFor        time.Duration
+	// Failover slots, PostgreSQL 17+; zero on older servers.
+	Failover                 bool   `json:"failover"`
+	Synced                   bool   `json:"synced"`
+	InRecovery               bool   `json:"server_in_recovery"`
+	SynchronizedStandbySlots string `json:"synchronized_standby_slots"`
+	StandbysStreaming        bool   `json:"standbys_streaming"`
+	major                    int
+	standbys                 bool // the server has physical slots: standbys replicate from it
 
 	Publication        string   `json:"publication"`
 	PublicationExists  bool     `json:"publication_exists"`
@@ -241,7 +255,10 @@ func (r *statusReport) fill(in replication.Inspection) {
 			r.InactiveSince = info.InactiveSince.UTC().Format(time.RFC3339)
 			r.inactiveFor = info.InactiveFor
 		}
+		r.Failover, r.Synced, r.InRecovery = info.Failover, info.Synced, info.InRecovery
+		r.SynchronizedStandbySlots, r.StandbysStreaming = info.StandbySlots, info.StandbysStreaming
 	}
+	r.major, r.InRecovery, r.standbys = in.Major, in.InRecovery, in.PhysicalSlots
 	r.PublicationExists, r.PublishesInserts = in.Publication.Exists, in.Publication.Inserts
 	for _, n := range in.Publication.Tables {
 		r.PublicationTables = append(r.PublicationTables, n.String())
@@ -273,6 +290,7 @@ func (r *statusReport) judge() {
 		warn("wal_status is unreserved: the slot holds more WAL (%s) than max_slot_wal_keep_size allows, and PostgreSQL removes some of it at the next checkpoint, "+
 			"which loses the slot: start cdc-outbox run, or help it catch up, now", r.RetainedWAL)
 	}
+	r.judgeFailover(warn)
 	switch {
 	case !r.PublicationExists:
 		warn("publication %q does not exist: cdc-outbox run creates it (unless --create-publication=false), or run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)",
@@ -316,6 +334,31 @@ func (r *statusReport) judge() {
 			r.Slot, since, r.RetainedWAL)
 	default:
 		r.Verdict, r.ExitCode, r.Message = verdictHealthy, 0, ""
+	}
+}
+
+// judgeFailover warns about what would lose the slot in a failover, on
+// servers that have failover slots (17+) and standbys to fail over to
+// (physical slots: slot synchronization needs primary_slot_name).
+func (r *statusReport) judgeFailover(warn func(string, ...any)) {
+	switch {
+	case r.major < 17 || !r.SlotExists:
+	case !r.InRecovery && !r.standbys:
+	case r.InRecovery && !r.Synced:
+		warn("this server is a standby, and slot %q here is not a synchronized copy of the primary's: a promotion does not keep the stream. "+
+			"On the primary make it a failover slot (cdc-outbox run --slot-failover, the default); on this standby set sync_replication_slots = on, "+
+			"hot_standby_feedback = on, primary_slot_name, and dbname in primary_conninfo", r.Slot)
+	case r.InRecovery:
+	case !r.Failover:
+		warn("slot %q is not a failover slot, so a failover to a standby loses it: start cdc-outbox run with --slot-failover (the default) to switch it, "+
+			"or run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=<db> replication=database\")", r.Slot, r.Slot)
+	case r.SynchronizedStandbySlots == "":
+		warn("synchronized_standby_slots is not set on this primary: its walsender may send cdc-outbox changes a standby has not received yet, " +
+			"and after a failover to that standby cdc-outbox stops once and resumes from the slot there, sending some events again. " +
+			"Set it to the physical slots of the standbys that may take over: ALTER SYSTEM SET synchronized_standby_slots = '<slot>'; SELECT pg_reload_conf()")
+	case !r.StandbysStreaming:
+		warn("a standby slot named in synchronized_standby_slots (%s) is missing or inactive: until its standby streams again, "+
+			"the walsender waits and cdc-outbox receives nothing; start the standby, or remove its slot from the setting", r.SynchronizedStandbySlots)
 	}
 }
 
@@ -374,6 +417,16 @@ func (r *statusReport) writeText(w io.Writer) {
 		if r.Conflicting {
 			add("  conflicting", "yes (with recovery on this standby)")
 		}
+		if r.major >= 17 {
+			add("  failover", "%s", yes(r.Failover))
+			add("  synced", "%s", yes(r.Synced))
+		}
+	}
+	if r.InRecovery {
+		add("server", "standby (in recovery)")
+	}
+	if r.major >= 17 && !r.InRecovery && r.standbys {
+		add("synchronized_standby_slots", "%s", orNone(r.SynchronizedStandbySlots))
 	}
 	add("publication", "%s", r.Publication)
 	add("  exists", "%s", yes(r.PublicationExists))
@@ -411,6 +464,13 @@ func (r *statusReport) writeText(w io.Writer) {
 	for _, l := range lines {
 		fmt.Fprintf(w, "%-*s %s\n", width, l[0]+":", l[1])
 	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(not set)"
+	}
+	return s
 }
 
 // listTables joins up to n tables; more are counted, not listed.

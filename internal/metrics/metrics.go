@@ -19,6 +19,8 @@
 //	cdc_outbox_inflight_bytes                   gauge     their estimated size
 //	cdc_outbox_slot_retained_wal_bytes          gauge     pg_current_wal_lsn() - restart_lsn of the slot
 //	cdc_outbox_slot_active                      gauge     1 while a process streams from the slot
+//	cdc_outbox_slot_failover                    gauge     1 when the slot is a failover slot (PostgreSQL 17+), synchronized to standbys
+//	cdc_outbox_slot_failover_ready              gauge     1 when it is, and every standby slot the primary's synchronized_standby_slots names is streaming
 //	cdc_outbox_slot_wal_status{status}          gauge     1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others
 //	cdc_outbox_connected{target}                gauge     1 while connected: target postgres (streaming) or kafka (answers metadata requests)
 //	cdc_outbox_reconnects_total{target}         counter   reconnections to postgres or kafka
@@ -85,6 +87,8 @@ type Metrics struct {
 	slotRetained    prometheus.Gauge
 	slotActive      prometheus.Gauge
 	slotWALStatus   *prometheus.GaugeVec
+	slotFailover    prometheus.Gauge
+	failoverReady   prometheus.Gauge
 	kafkaUp         atomic.Bool
 	kafkaReconnects atomic.Uint64
 	ready           func() (bool, string)
@@ -123,6 +127,12 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		}),
 		slotRetained: f.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_outbox_slot_retained_wal_bytes", Help: "WAL the replication slot makes PostgreSQL keep: pg_current_wal_lsn() - restart_lsn.",
+		}),
+		slotFailover: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_failover", Help: "1 when the replication slot is a failover slot (PostgreSQL 17+), which standbys with sync_replication_slots = on keep a copy of.",
+		}),
+		failoverReady: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_failover_ready", Help: "1 when the slot is a failover slot and every standby slot named in the primary's synchronized_standby_slots is streaming.",
 		}),
 		slotActive: f.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_outbox_slot_active", Help: "1 while a process streams from the replication slot.",
@@ -261,6 +271,14 @@ func (m *Metrics) Slot(active bool, retainedBytes int64, walStatus string) {
 	for _, s := range WALStatuses {
 		m.slotWALStatus.WithLabelValues(s).Set(b2f(s == walStatus))
 	}
+}
+
+// SlotFailover records whether the slot is a failover slot, and whether the
+// standbys that synchronized_standby_slots names stream: then a failover to
+// one of them keeps the stream.
+func (m *Metrics) SlotFailover(failover, standbysStreaming bool) {
+	m.slotFailover.Set(b2f(failover))
+	m.failoverReady.Set(b2f(failover && standbysStreaming))
 }
 
 // Kafka records whether the broker answers; a false→true change after the

@@ -31,14 +31,21 @@ func (p *Pipeline) bad(ev *decoder.Event, be *BadEventError) error {
 	return nil
 }
 
-// deadLetterText is a bad event's cause as its dead-letter record's error
-// header says it: `event 42: column "payload": is NULL; ...`, explained.
+// deadLetterText is DeadLetterReason with the pipeline's Explain.
 func (p *Pipeline) deadLetterText(be *BadEventError) string {
+	return DeadLetterReason(be.EventID, be.Err, p.explain)
+}
+
+// DeadLetterReason is the cause of bad event id as its dead-letter record's
+// error header says it, `event 42: column "payload": is NULL; ...`, each
+// cause rendered by explain (the command's, with what to do). Package
+// republish's dead letters say it the same way.
+func DeadLetterReason(id string, cause error, explain func(error) string) string {
 	var me *mapping.BadEventError
-	if errors.As(be.Err, &me) {
-		return p.explain(me)
+	if errors.As(cause, &me) {
+		return explain(me)
 	}
-	return (&mapping.BadEventError{EventID: be.EventID, Reason: p.explain(be.Err)}).Error()
+	return (&mapping.BadEventError{EventID: id, Reason: explain(cause)}).Error()
 }
 
 // deadLetter is what a dead-letter record sets aside.
@@ -50,32 +57,41 @@ type deadLetter struct {
 // deadLetterRecord makes pd the dead-letter record of event id at lsn. The
 // value is encoded by value(limit), where longer column values are left
 // out; limit halves until the whole record, measured once encoded, fits
-// Config.MaxRecordBytes (JSON escaping can make a value several times longer).
+// Config.MaxRecordBytes (JSON escaping can make a value several times
+// longer).
 func (p *Pipeline) deadLetterRecord(pd *pending, id string, lsn pglogrepl.LSN, reason string, value func(limit int) []byte) {
-	pd.rec = kgo.Record{
-		Topic: p.cfg.DeadLetterTopic,
-		Key:   []byte(id),
-		Headers: []kgo.RecordHeader{
-			{Key: contract.HeaderID, Value: []byte(id)},
-			{Key: "error", Value: []byte(reason)},
-			{Key: "lsn", Value: []byte(lsn.String())},
-			// The table as named when the row was written.
-			{Key: "source_table", Value: []byte(pd.rel.Namespace + "." + pd.rel.Name)},
-		},
-	}
-	if src := p.mapper.Source(); src != nil {
-		pd.rec.Headers = append(pd.rec.Headers, kgo.RecordHeader{Key: contract.HeaderSource, Value: src})
-	}
+	// The table as named when the row was written.
+	pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), pd.rel.Namespace+"."+pd.rel.Name, p.mapper.Source(), reason, p.cfg.MaxRecordBytes, value)
+	pd.size = RecordSize(&pd.rec)
 	if id == "" {
 		id = "(no id)"
 	}
 	pd.rec.Context = pd
 	pd.dead = &deadLetter{id: id, reason: reason}
-	for limit := p.cfg.MaxRecordBytes; ; limit /= 2 {
-		pd.rec.Value = value(limit)
-		pd.size = recordSize(&pd.rec)
-		if pd.size <= int64(p.cfg.MaxRecordBytes) || limit == 0 {
-			return
+}
+
+// DeadLetterRecord is the dead-letter record of event id: key the id,
+// headers id, error, lsn (where the row was in the WAL; none when lsn is
+// ""), source_table and source (when source is not nil), and the value
+// value(limit) encodes, where column values longer than limit are left
+// out; limit halves until the whole record, measured once encoded, fits
+// maxBytes (JSON escaping can make a value several times longer). reason
+// is the error header: the cause as DeadLetterReason says it. Package
+// republish makes its dead letters with it too.
+func DeadLetterRecord(topic, id, lsn, sourceTable string, source []byte, reason string, maxBytes int, value func(limit int) []byte) kgo.Record {
+	r := kgo.Record{Topic: topic, Key: []byte(id)}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: contract.HeaderID, Value: []byte(id)}, kgo.RecordHeader{Key: "error", Value: []byte(reason)})
+	if lsn != "" {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "lsn", Value: []byte(lsn)})
+	}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: "source_table", Value: []byte(sourceTable)})
+	if source != nil {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: contract.HeaderSource, Value: source})
+	}
+	for limit := maxBytes; ; limit /= 2 {
+		r.Value = value(limit)
+		if RecordSize(&r) <= int64(maxBytes) || limit == 0 {
+			return r
 		}
 	}
 }
@@ -95,14 +111,30 @@ func (p *Pipeline) refusedRecordToDeadLetter(pd *pending, err error) {
 // replaced by a note of their size, so the dead-letter record of an
 // oversize row still fits the broker.
 func rawRow(ev *decoder.Event, limit int) []byte {
-	row := make(map[string]any, len(ev.Tuple))
+	names := make([]string, len(ev.Tuple))
+	values := make([][]byte, len(ev.Tuple))
 	for i, v := range ev.Tuple {
-		name := ev.Relation.Columns[i].Name
-		switch {
-		case v.Null(), v.Missing():
+		names[i] = ev.Relation.Columns[i].Name
+		if !v.Null() && !v.Missing() {
+			values[i] = v.Data
+			if values[i] == nil {
+				values[i] = []byte{} // an empty value, not NULL
+			}
+		}
+	}
+	return RowJSON(names, values, limit)
+}
+
+// RowJSON renders a row as a JSON object of column name to its text value
+// (null for a nil value), values longer than limit bytes replaced by a note
+// of their size: the value of a dead-letter record.
+func RowJSON(names []string, values [][]byte, limit int) []byte {
+	row := make(map[string]any, len(names))
+	for i, name := range names {
+		if values[i] == nil {
 			row[name] = nil
-		default:
-			row[name] = within(v.Data, limit)
+		} else {
+			row[name] = within(values[i], limit)
 		}
 	}
 	return marshal(row)

@@ -308,7 +308,7 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 			"event_id", p.mapper.EventID(p.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
 		pd.rec.Timestamp = time.Time{}
 	}
-	pd.size = recordSize(&pd.rec)
+	pd.size = RecordSize(&pd.rec)
 	if int(pd.size) > p.cfg.MaxRecordBytes {
 		return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
 			Err: &TooLargeError{Size: pd.size, Limit: p.cfg.MaxRecordBytes}})
@@ -331,7 +331,8 @@ const MaxTimestampAhead = time.Hour - 5*time.Minute
 // the size check errs on the side of "too big" rather than a broker refusal.
 const recordOverhead = 512
 
-func recordSize(r *kgo.Record) int64 {
+// RecordSize is that bound for r: what --max-record-bytes is compared with.
+func RecordSize(r *kgo.Record) int64 {
 	n := len(r.Key) + len(r.Value) + len(r.Topic) + recordOverhead
 	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value) + 8
@@ -344,7 +345,7 @@ func (p *Pipeline) send(pd *pending) {
 	pd.seq = p.sent
 	p.sent++
 	if pd.size == 0 {
-		pd.size = recordSize(&pd.rec)
+		pd.size = RecordSize(&pd.rec)
 	}
 	// Set last: the mapping fills the record whole.
 	pd.rec.Context = pd

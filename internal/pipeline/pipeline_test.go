@@ -377,7 +377,7 @@ func TestDeadLetterRecordFitsAfterEncoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	dl := s.records[0]
-	if size := recordSize(dl); size > int64(p.cfg.MaxRecordBytes) {
+	if size := RecordSize(dl); size > int64(p.cfg.MaxRecordBytes) {
 		t.Fatalf("dead-letter record is %d bytes, over %d", size, p.cfg.MaxRecordBytes)
 	}
 	if !strings.Contains(string(dl.Value), `"omitted_bytes"`) || !strings.Contains(string(dl.Value), `"aggregate_type":"bad topic!"`) {

@@ -41,8 +41,12 @@ var (
 	// it again would skip every change since it was dropped.
 	ErrSlotForgotten = errors.New("replication slot existed and is gone")
 
-	// ErrSlotDropped means the slot was dropped while streaming.
-	ErrSlotDropped = errors.New("replication slot was dropped while streaming")
+	// ErrSlotGone means the replication slot does not exist where
+	// cdc-outbox streams: dropped while it ran, or not carried over to a
+	// standby that was promoted (Error.AfterFailover). A new slot would skip
+	// what was committed in between, so only a person may decide to create
+	// one.
+	ErrSlotGone = errors.New("the replication slot is gone")
 
 	// ErrSlotPlugin means the slot uses another output plugin than
 	// pgoutput: it cannot be the streamer's.
@@ -86,6 +90,9 @@ type Error struct {
 	// Coverage is what the publication publishes of the outbox, for
 	// ErrNotPublished.
 	Coverage *Coverage
+	// AfterFailover: the condition arose on a primary that was promoted
+	// since the stream began (ErrSlotGone).
+	AfterFailover bool
 	// Cause is the server's error, when there was one.
 	Cause error
 
@@ -323,9 +330,10 @@ type ConnectError struct{ Err error }
 func (e *ConnectError) Error() string { return e.Err.Error() }
 func (e *ConnectError) Unwrap() error { return e.Err }
 
-// connect opens a normal (not a replication) connection to url.
+// connect opens a normal (not a replication) connection to url's primary
+// (ConnectPrimary).
 func connect(ctx context.Context, url string) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := ConnectPrimary(ctx, url)
 	if err != nil {
 		return nil, &ConnectError{Err: err}
 	}

@@ -25,6 +25,12 @@ type Inspection struct {
 	Names
 	// Database is the database the connection is to.
 	Database string
+	// Major is the server's PostgreSQL major version; InRecovery, whether
+	// it is a standby; PhysicalSlots, whether it has physical replication
+	// slots (standbys replicate from it through them).
+	Major         int
+	InRecovery    bool
+	PhysicalSlots bool
 
 	SlotExists bool
 	Slot       SlotInfo // zero unless SlotExists
@@ -50,14 +56,15 @@ type Publication struct {
 	Tables  []pgname.Name // what it publishes by name (pg_publication_tables), each once, sorted
 }
 
-// Inspect connects to url and reads the inspection. An error that is a
-// *ConnectError means the server could not be reached; any other, that what
-// it says could not be read.
+// Inspect connects to url, a primary or a standby (whose copy of a
+// failover slot is worth reading too), and reads the inspection. An error
+// that is a *ConnectError means the server could not be reached; any other,
+// that what it says could not be read.
 func Inspect(ctx context.Context, url string, names Names) (Inspection, error) {
 	in := Inspection{Names: names, RowsEstimate: -1}
-	conn, err := connect(ctx, url)
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return in, err
+		return in, &ConnectError{Err: err}
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -73,6 +80,10 @@ func Inspect(ctx context.Context, url string, names Names) (Inspection, error) {
 		return in, err
 	default:
 		in.SlotExists = true
+	}
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000, pg_is_in_recovery(),
+		EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'physical')`).Scan(&in.Major, &in.InRecovery, &in.PhysicalSlots); err != nil {
+		return in, err
 	}
 	if in.Publication, err = readPublication(ctx, conn, names.Publication, true); err != nil {
 		return in, err

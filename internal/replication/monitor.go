@@ -17,6 +17,9 @@ import (
 // wal_status.
 type SlotObserver interface {
 	Slot(active bool, retainedBytes int64, walStatus string)
+	// SlotFailover: whether the slot is a failover slot (17+), and whether
+	// every standby slot synchronized_standby_slots names is streaming.
+	SlotFailover(failover, standbysStreaming bool)
 }
 
 // MonitorConfig says what a Monitor watches.
@@ -109,6 +112,7 @@ func (m *Monitor) read(ctx context.Context) error {
 		info.WALStatus = "lost"
 	}
 	m.obs.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+	m.obs.SlotFailover(info.Failover, info.StandbysStreaming)
 	logWALStatus(m.log, m.walStatus, info)
 	m.walStatus = info.WALStatus
 
@@ -119,7 +123,7 @@ func (m *Monitor) read(ctx context.Context) error {
 	m.published.Store(problem == "")
 	if problem != "" {
 		m.log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
-			"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile",
+			"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
 			"problem", problem, "table", m.cfg.Table.String(), "publication", m.cfg.Publication)
 	}
 	return nil

@@ -53,6 +53,8 @@ func (s *slotState) Slot(active bool, retained int64, walStatus string) {
 	s.active, s.retained, s.walStatus = active, retained, walStatus
 }
 
+func (s *slotState) SlotFailover(failover, standbysStreaming bool) {}
+
 // TestMonitor reads a real slot and publication: the slot's state reaches
 // the observer, a publication that loses the outbox makes it unpublished
 // (and says so), and a missing slot reads as inactive and holding nothing.

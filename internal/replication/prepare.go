@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 )
@@ -24,7 +25,14 @@ type Setup struct {
 	// RecreateSlot allows creating a slot that existed before and is gone,
 	// knowing that the changes since it was dropped are not streamed.
 	RecreateSlot bool
+	// Failover makes the slot a failover slot on PostgreSQL 17 and newer:
+	// created with failover = true, or switched to it when it exists
+	// without (see failoverSlot). Older servers have no such slots.
+	Failover bool
 }
+
+// failoverMajor is the first PostgreSQL major with failover slots.
+const failoverMajor = 17
 
 // Prepared is what Prepare found and did.
 type Prepared struct {
@@ -100,7 +108,7 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 	if err := preparePublication(ctx, conn, s, t, log); err != nil {
 		return Prepared{}, err
 	}
-	return prepareSlot(ctx, conn, s, log)
+	return prepareSlot(ctx, conn, url, s, log)
 }
 
 // createPublication is the statement that creates the publication
@@ -159,18 +167,25 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, l
 	return nil
 }
 
-func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) (Prepared, error) {
+func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *slog.Logger) (Prepared, error) {
+	major := serverMajor(conn.PgConn().ParameterStatus("server_version"))
+	if s.Failover && major < failoverMajor {
+		log.Info("failover slots need PostgreSQL 17 or newer: on this server the slot lives on the primary only, and a failover to a standby loses it "+
+			"(cdc-outbox then stops and says how to recover; see High availability in the README)", "server_major", major)
+	}
 	var plugin, database string
 	var confirmed pglogrepl.LSN
 	var current string
 	var state SlotInfo // the columns that tell an invalidated slot
 	var inactiveSince *time.Time
+	var failover bool
 	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), coalesce(database, ''), coalesce(confirmed_flush_lsn, '0/0')::text,
-		current_database(), coalesce(wal_status, ''), `+slotColumns+` FROM pg_replication_slots s WHERE slot_name = $1`, s.Slot).
-		Scan(&plugin, &database, &confirmed, &current, &state.WALStatus, &state.InvalidationReason, &state.Conflicting, &inactiveSince)
+		current_database(), coalesce(wal_status, ''), `+slotColumns+`, coalesce((to_jsonb(s)->>'failover')::bool, false)
+		FROM pg_replication_slots s WHERE slot_name = $1`, s.Slot).
+		Scan(&plugin, &database, &confirmed, &current, &state.WALStatus, &state.InvalidationReason, &state.Conflicting, &inactiveSince, &failover)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.CreateSlot:
-		return createSlot(ctx, conn, s, log)
+		return createSlot(ctx, conn, s, major, log)
 	case errors.Is(err, pgx.ErrNoRows):
 		return Prepared{}, &Error{Err: ErrSlotMissing, Slot: s.Slot, msg: fmt.Sprintf("replication slot %q does not exist", s.Slot)}
 	case err != nil:
@@ -190,14 +205,51 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.Slot); err != nil {
 			return Prepared{}, fmt.Errorf("drop replication slot %s, which lost its WAL (as asked): %w", s.Slot, err)
 		}
-		p, err := createSlot(ctx, conn, s, log)
+		p, err := createSlot(ctx, conn, s, major, log)
 		if err != nil {
 			return p, fmt.Errorf("dropped replication slot %s, which lost its WAL (confirmed up to %s), as asked; then: %w", s.Slot, confirmed, err)
 		}
 		p.DroppedLost, p.LostConfirmed = true, confirmed
 		return p, nil
 	}
+	if s.Failover && major >= failoverMajor && !failover {
+		failoverSlot(ctx, url, s.Slot, log)
+	}
 	return Prepared{Start: confirmed, Slot: SlotFound}, nil
+}
+
+// failoverSlot switches an existing slot to a failover slot
+// (ALTER_REPLICATION_SLOT, PostgreSQL 17+, on a replication connection):
+// one made before Setup.Failover was asked for, by hand, or by an older
+// cdc-outbox. Setup.Failover asks for a slot that survives a failover, and
+// the switch costs nothing and loses nothing. It fails while another process streams
+// from the slot (a hot standby instance starting beside the active one);
+// that is no reason not to start, so it is a warning, and the next start
+// tries again.
+func failoverSlot(ctx context.Context, url, slot string, log *slog.Logger) {
+	err := func() error {
+		cfg, err := ParseConfig(url)
+		if err != nil {
+			return err
+		}
+		cfg.RuntimeParams["replication"] = "database"
+		conn, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return &ConnectError{Err: err}
+		}
+		defer conn.Close(context.Background())
+		// Slot names are [a-z0-9_] (checked with the configuration): no
+		// quoting.
+		_, err = conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+slot+" ( FAILOVER true )").ReadAll()
+		return err
+	}()
+	if err != nil {
+		log.Warn("could not make the slot a failover slot (ALTER_REPLICATION_SLOT ... (FAILOVER true)): a failover to a standby would lose it. "+
+			"It is retried at the next start; or run it yourself on a replication connection: "+
+			"psql \"dbname=<db> replication=database\" -c 'ALTER_REPLICATION_SLOT "+slot+" (FAILOVER true)'", "slot", slot, "error", err)
+		return
+	}
+	log.Info("made the slot a failover slot: PostgreSQL synchronizes it to standbys with sync_replication_slots = on", "slot", slot)
 }
 
 // slotMarker is how cdc-outbox remembers, in the publication's comment,
@@ -206,7 +258,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger)
 // change since, so that takes Setup.RecreateSlot.
 const slotMarker = "cdc-outbox created replication slots:"
 
-func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) (Prepared, error) {
+func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *slog.Logger) (Prepared, error) {
 	var comment string
 	err := conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`,
 		s.Publication).Scan(&comment)
@@ -219,7 +271,7 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) 
 			msg: fmt.Sprintf("replication slot %q existed (cdc-outbox created it; the publication's comment says %q) and is gone: "+
 				"creating it again would skip every change committed since it was dropped", s.Slot, comment)}
 	}
-	lsn, err := createSlotWatched(ctx, conn, s.Slot, log)
+	lsn, err := createSlotWatched(ctx, conn, s.Slot, s.Failover && major >= failoverMajor, log)
 	if err != nil && ctx.Err() != nil {
 		return Prepared{}, fmt.Errorf("create replication slot %s: gave up waiting for the transactions that were running in the cluster to end "+
 			"(the log names them: end them, then start again): %w", s.Slot, err)
@@ -234,7 +286,7 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) 
 	if remembered {
 		return Prepared{Start: start, Slot: SlotRecreated}, nil
 	}
-	log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start)
+	log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start, "failover", s.Failover && major >= failoverMajor)
 	if !strings.HasPrefix(comment, slotMarker) {
 		comment = slotMarker
 	}

@@ -47,6 +47,19 @@ type SlotInfo struct {
 	// server's clock.
 	InactiveSince time.Time
 	InactiveFor   time.Duration
+
+	// Failover (PostgreSQL 17+): the slot is synchronized to standbys that
+	// have sync_replication_slots = on. Synced (17+): this is such a copy,
+	// read on a standby (or on one promoted since).
+	Failover, Synced bool
+	// InRecovery: the server read is a standby.
+	InRecovery bool
+	// StandbySlots is the server's synchronized_standby_slots (17+): the
+	// physical slots of the standbys whose receipt of WAL the logical
+	// walsenders wait for; StandbysStreaming, whether every slot it names
+	// exists and is active, a standby streaming from it.
+	StandbySlots      string
+	StandbysStreaming bool
 }
 
 // Invalidated reports whether PostgreSQL invalidated the slot: it can never
@@ -84,13 +97,22 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 	var pid *int32
 	var inactiveSince *time.Time
 	var inactiveFor *float64
-	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), coalesce(database, ''), active, active_pid,
-			coalesce(confirmed_flush_lsn, '0/0'), coalesce(restart_lsn, '0/0'), pg_current_wal_lsn(),
-			coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0), coalesce(wal_status, ''), `+slotColumns+`,
-			extract(epoch FROM now() - (to_jsonb(s)->>'inactive_since')::timestamptz)::float8
-		FROM pg_replication_slots s WHERE slot_name = $1`, slot).
+	// On a standby the WAL position is what it replayed: pg_current_wal_lsn()
+	// fails during recovery.
+	err := conn.QueryRow(ctx, `WITH w(lsn) AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END),
+		sss(names) AS (SELECT string_to_array(replace(nullif(current_setting('synchronized_standby_slots', true), ''), ' ', ''), ','))
+		SELECT coalesce(plugin, ''), coalesce(database, ''), active, active_pid,
+			coalesce(confirmed_flush_lsn, '0/0'), coalesce(restart_lsn, '0/0'), coalesce(w.lsn, '0/0'),
+			coalesce((w.lsn - restart_lsn)::bigint, 0), coalesce(wal_status, ''), `+slotColumns+`,
+			extract(epoch FROM now() - (to_jsonb(s)->>'inactive_since')::timestamptz)::float8,
+			coalesce((to_jsonb(s)->>'failover')::bool, false), coalesce((to_jsonb(s)->>'synced')::bool, false), pg_is_in_recovery(),
+			coalesce(current_setting('synchronized_standby_slots', true), ''),
+			coalesce((SELECT count(*) = cardinality(sss.names) AND bool_and(p.active) FROM pg_replication_slots p
+				WHERE p.slot_name = ANY(sss.names)), false)
+		FROM pg_replication_slots s, w, sss WHERE slot_name = $1`, slot).
 		Scan(&info.Plugin, &info.Database, &info.Active, &pid, &info.ConfirmedFlush, &info.RestartLSN,
-			&info.CurrentLSN, &info.RetainedBytes, &info.WALStatus, &info.InvalidationReason, &info.Conflicting, &inactiveSince, &inactiveFor)
+			&info.CurrentLSN, &info.RetainedBytes, &info.WALStatus, &info.InvalidationReason, &info.Conflicting, &inactiveSince, &inactiveFor,
+			&info.Failover, &info.Synced, &info.InRecovery, &info.StandbySlots, &info.StandbysStreaming)
 	if inactiveSince != nil && inactiveFor != nil {
 		info.InactiveSince, info.InactiveFor = *inactiveSince, time.Duration(*inactiveFor*float64(time.Second))
 	}

@@ -15,7 +15,7 @@ import (
 const blockerReport = 10 * time.Second
 
 // createSlotWatched runs pg_create_logical_replication_slot on conn and
-// returns the slot's start LSN as text.
+// returns the slot's start LSN as text; failover makes it a failover slot (17+).
 //
 // The function waits until every transaction running in the cluster when it
 // started has ended (prepared ones included), to find a consistent point to
@@ -26,7 +26,7 @@ const blockerReport = 10 * time.Second
 // the creating backend, which otherwise would go on waiting, holding the
 // half-made slot, after this client has gone (and the next start would
 // wait on it).
-func createSlotWatched(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) (string, error) {
+func createSlotWatched(ctx context.Context, conn *pgx.Conn, slot string, failover bool, log *slog.Logger) (string, error) {
 	pid := conn.PgConn().PID()
 	done := make(chan struct{})
 	watched := make(chan struct{})
@@ -34,8 +34,14 @@ func createSlotWatched(ctx context.Context, conn *pgx.Conn, slot string, log *sl
 		defer close(watched)
 		watchSlotCreation(ctx, done, conn.Config().Copy(), pid, slot, log)
 	}()
+	create := `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`
+	if failover {
+		// Not temporary, no two-phase, failover (PostgreSQL 17+):
+		// synchronized to standbys that have sync_replication_slots = on.
+		create = `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`
+	}
 	var lsn string
-	err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
+	err := conn.QueryRow(ctx, create, slot).Scan(&lsn)
 	close(done)
 	<-watched
 	if err != nil && ctx.Err() != nil {

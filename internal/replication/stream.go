@@ -78,6 +78,11 @@ type Stream struct {
 	lastSent   pglogrepl.LSN
 	lastSentAt time.Time
 
+	// server is the server streamed from (follow); failover is set while
+	// a session runs on a primary promoted since the previous session.
+	server   server
+	failover *failover
+
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
 	reconnects atomic.Uint64
@@ -187,21 +192,21 @@ func (s *Stream) session(ctx context.Context) error {
 		setupCtx, cancel = context.WithTimeout(ctx, s.cfg.ReceiveTimeout)
 		defer cancel()
 	}
-	cfg, err := pgconn.ParseConfig(s.cfg.URL)
+	cfg, err := ParseConfig(s.cfg.URL)
 	if err != nil {
 		return fatal{fmt.Errorf("postgres url: %w", err)}
 	}
 	cfg.RuntimeParams["replication"] = "database"
-	// pgoutput sends column values in the session's text format: pin the
-	// formats the mapping parses, whatever the server's defaults are.
-	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
-	cfg.RuntimeParams["TimeZone"] = "UTC"
+	TextFormats(cfg.RuntimeParams)
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
 		return &ConnectError{Err: err}
 	}
 	defer conn.Close(context.Background())
+	if err := s.follow(setupCtx, conn); err != nil {
+		return err
+	}
 
 	start := s.pos.Confirmed()
 	args := []string{
@@ -235,9 +240,12 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	}
 	confirmed := s.pos.Confirmed()
 	switch cause := CauseOf(pgErr); {
+	case cause == CauseSlotMissing && s.failover != nil:
+		return s.slotGoneAfterFailover(err)
 	case cause == CauseSlotMissing:
-		return &Error{Err: ErrSlotDropped, Slot: s.cfg.Slot, Confirmed: confirmed, Cause: err,
-			msg: fmt.Sprintf("%v: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more", err, confirmed)}
+		return &Error{Err: ErrSlotGone, Slot: s.cfg.Slot, Confirmed: confirmed, Cause: err,
+			msg: fmt.Sprintf("%v: %v: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more",
+				ErrSlotGone, err, confirmed)}
 	case cause == CausePublicationMissing:
 		return s.publicationGone(err)
 	case pgErr.Code == pgerrcode.ObjectNotInPrerequisiteState || pgErr.Code == pgerrcode.UndefinedFile:

@@ -184,3 +184,47 @@ func PendingInserts(t testing.TB, url, slot, table string) []string {
 	}
 	return lines
 }
+
+// WaitSlotSynced waits until the standby at url holds a copy of the
+// logical replication slot that a promotion keeps, at least as far as lsn
+// (confirmed_flush_lsn), and fails the test with what it saw last after a
+// minute.
+//
+// PostgreSQL 17's slot synchronization copies a failover slot from the
+// primary periodically, and keeps the copy temporary (dropped at promotion)
+// until the standby has replayed past the slot's restart point; a
+// promotion before that loses the slot. So a test that fails over with a
+// slot in it waits for synced, not temporary, and caught up.
+func WaitSlotSynced(t testing.TB, url, slot, lsn string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), slotWait)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect to the standby: %v", err)
+	}
+	defer conn.Close(context.Background())
+	last := "no row"
+	for {
+		var synced, temporary bool
+		var confirmed string
+		var ok bool
+		err := conn.QueryRow(ctx, `SELECT coalesce((to_jsonb(s)->>'synced')::bool, false), temporary,
+				coalesce(confirmed_flush_lsn::text, ''), coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
+			FROM pg_replication_slots s WHERE slot_name = $1`, slot, lsn).Scan(&synced, &temporary, &confirmed, &ok)
+		switch {
+		case err == nil:
+			last = fmt.Sprintf("synced=%v temporary=%v confirmed_flush_lsn=%s", synced, temporary, confirmed)
+			if synced && !temporary && ok {
+				return
+			}
+		case !errors.Is(err, pgx.ErrNoRows):
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("slot %s on the standby not synchronized up to %s within %s; last seen: %s", slot, lsn, slotWait, last)
+		case <-time.After(100 * time.Millisecond): // the poll's period
+		}
+	}
+}

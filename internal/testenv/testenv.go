@@ -11,7 +11,8 @@
 // purpose. Each test gets its own database, slot, publication and topic
 // names, so tests run in parallel. A test that needs server settings the
 // shared server must not have (TLS, a small max_slot_wal_keep_size) starts a
-// cluster of its own with Cluster.
+// cluster of its own with Cluster, of another major if it needs one, and a
+// streaming standby of it with PostgresCluster.Standby.
 // Proxy puts a TCP proxy of the test's own between a client and a server,
 // to cut or silence the network between them.
 //
