@@ -331,7 +331,7 @@ const MaxTimestampAhead = time.Hour - 5*time.Minute
 // the size check errs on the side of "too big" rather than a broker refusal.
 const recordOverhead = 512
 
-// RecordSize is that bound for r: what --max-record-bytes is compared with.
+// RecordSize is that bound for r: what the record size limit is compared with.
 func RecordSize(r *kgo.Record) int64 {
 	n := len(r.Key) + len(r.Value) + len(r.Topic) + recordOverhead
 	for _, h := range r.Headers {
