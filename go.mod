@@ -7,6 +7,7 @@ require (
 	github.com/cdc-outbox/cdc-outbox/consume/consumeprom v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/idempotency v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/outbox v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0

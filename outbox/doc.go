@@ -8,9 +8,10 @@
 // change without its event. The returned id is the event id consumers dedupe
 // by (the Kafka header "id"), as text, whatever the id column's type.
 //
-// It owns the shape of an outbox row: which columns get which Event field
-// (Config, whose defaults match sql/publication.sql and the streamer's flag
-// defaults), and the checks that keep a row publishable. An event the
+// It writes the outbox row that package contract defines: which columns
+// get which Event field (Config, whose defaults are the contract's, those of
+// sql/publication.sql and of the streamer), and the checks that keep a row
+// publishable. An event the
 // streamer would have to treat as a bad event is rejected here, before the
 // insert, with an error wrapping ErrInvalidEvent, rather than stopping the
 // stream later: an empty aggregate type, aggregate id or event type; an

@@ -12,20 +12,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/topic"
 )
 
 // MaxHeaderBytes is the largest header key or value the streamer publishes
-// (its MaxHeaderBytes); a longer one would make the row a bad event, so
+// (contract.MaxHeaderBytes); a longer one would make the row a bad event, so
 // Write rejects it. It applies to the extra headers and to AggregateType and
 // EventType, which become the "aggregate_type" and "event_type" headers.
-const MaxHeaderBytes = 64 << 10
-
-// reserved are the headers the streamer sets itself: "id", "event_type" and
-// "aggregate_type" from the row's columns, "source" from its --source. A
-// second "id" or "source" header in particular would let a consumer dedupe
-// by the wrong value, so Event.Headers may not use these keys.
-var reserved = map[string]bool{"id": true, "event_type": true, "aggregate_type": true, "source": true}
+const MaxHeaderBytes = contract.MaxHeaderBytes
 
 // Event is one outbox row.
 type Event struct {
@@ -77,16 +72,16 @@ type Config struct {
 }
 
 // DefaultConfig returns the names sql/publication.sql creates and the
-// streamer reads by default.
+// streamer reads by default (package contract).
 func DefaultConfig() Config {
 	return Config{
-		Table:               "public.outbox",
-		IDColumn:            "id",
-		AggregateTypeColumn: "aggregate_type",
-		AggregateIDColumn:   "aggregate_id",
-		EventTypeColumn:     "event_type",
-		PayloadColumn:       "payload",
-		HeadersColumn:       "headers",
+		Table:               contract.DefaultTable,
+		IDColumn:            contract.ColumnID,
+		AggregateTypeColumn: contract.ColumnAggregateType,
+		AggregateIDColumn:   contract.ColumnAggregateID,
+		EventTypeColumn:     contract.ColumnEventType,
+		PayloadColumn:       contract.ColumnPayload,
+		HeadersColumn:       contract.ColumnHeaders,
 		Topic:               topic.DefaultTemplate,
 	}
 }
@@ -337,7 +332,10 @@ func (w *Writer) eventArgs(e Event) ([]any, error) {
 			switch {
 			case k == "":
 				return nil, fmt.Errorf("%w: header with an empty key", ErrInvalidEvent)
-			case reserved[k]:
+			case contract.Reserved(k):
+				// The streamer sets these itself (contract.ReservedHeaders):
+				// a second "id" or "source" header in particular would let a
+				// consumer dedupe by the wrong value.
 				return nil, fmt.Errorf("%w: header %q is reserved for the streamer", ErrInvalidEvent, k)
 			case !utf8.ValidString(k) || !utf8.ValidString(v):
 				return nil, fmt.Errorf("%w: header %q is not valid UTF-8", ErrInvalidEvent, k)

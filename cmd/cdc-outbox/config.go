@@ -12,6 +12,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // runConfig is everything `cdc-outbox run` is told.
@@ -67,7 +68,7 @@ func runFlags(c *runConfig) *flags {
 	f := newFlags("cdc-outbox run", "Stream inserts of a PostgreSQL outbox table to Kafka through logical replication.\n"+
 		"A WAL position is confirmed to PostgreSQL only after Kafka acknowledged every event up to it.")
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
-	f.String(&c.Table, "table", "public.outbox", tableHelp)
+	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
 	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")
@@ -239,6 +240,10 @@ func redact(err error) error {
 	s := keywordPassword.ReplaceAllString(err.Error(), "${1}xxxxx")
 	return errors.New(urlPassword.ReplaceAllString(s, "${1}xxxxx@"))
 }
+
+// say is err explained (explain), without a password, for the log and
+// for status.
+func say(err error) string { return redact(errors.New(explain(err))).Error() }
 
 var (
 	keywordPassword = regexp.MustCompile(`(password\s*=\s*)('[^']*'|\S+)`)

@@ -298,15 +298,3 @@ func TestKafkaSecurityOpts(t *testing.T) {
 		t.Errorf("defaults: %d options, %v", len(opts), err)
 	}
 }
-
-// TestKafkaStateReason: /readyz says why Kafka is not ready.
-func TestKafkaStateReason(t *testing.T) {
-	k := &kafkaState{why: "SASL_AUTHENTICATION_FAILED; SASL authentication failed: check ..."}
-	if up, reason := k.state(); up || reason != ": "+k.why {
-		t.Errorf("down: %v %q", up, reason)
-	}
-	k.isUp = true
-	if up, reason := k.state(); !up || reason != "" {
-		t.Errorf("up: %v %q", up, reason)
-	}
-}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // republishConfig is everything `cdc-outbox republish` is told: run's
@@ -34,7 +35,7 @@ func republishFlags(c *republishConfig) *flags {
 		"Interrupted (SIGINT, SIGTERM) or stopped by a bad row, it says which flag starts it again where it stopped.")
 	rc := &c.runConfig
 	f.String(&rc.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs SELECT on the table")
-	f.String(&rc.Table, "table", "public.outbox", tableHelp)
+	f.String(&rc.Table, "table", contract.DefaultTable, tableHelp)
 	f.String(&c.AfterID, "after-id", "", "send rows whose id is greater than this `id` (an integer id column: ids grow in the order rows are written); "+
 		"after a lost slot, an id that Kafka has and every id before it, or earlier: repeats are harmless")
 	f.String(&c.UntilID, "until-id", "", "send rows whose id is at most this `id` (an integer id column)")
@@ -126,15 +127,27 @@ func republishCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log.Error("stopped with an error; everything before the resume point was acknowledged: fix the cause and run again with it",
-		append(attrs, "resume", resume(sum), "error", redact(err))...)
+		append(attrs, "resume", resume(sum), "error", say(err))...)
 	return 1
 }
 
+// resume is the flag that starts a run again where s says it may.
 func resume(s republish.Summary) string {
-	if s.Resume == "" {
+	if s.Resume.IsZero() {
 		return "(the same selection: nothing was acknowledged)"
 	}
-	return s.Resume
+	return resumeFlag(s.Resume)
+}
+
+// resumeFlag is the selection flag of r, "" for none.
+func resumeFlag(r republish.Resume) string {
+	switch {
+	case r.IsZero():
+		return ""
+	case r.Since != "":
+		return "--since '" + r.Since + "'"
+	}
+	return "--after-id " + r.AfterID
 }
 
 func perSecond(n int64, d time.Duration) int64 {
@@ -153,6 +166,19 @@ func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt,
 	c.Mapping.Source = source
 	since, until := c.times()
 	began, lastProgress := time.Now(), time.Now()
+	snk, err := sink.New(sink.Config{
+		Brokers:            c.brokers(),
+		Linger:             c.KafkaLinger,
+		Compression:        c.KafkaCompression,
+		MaxBufferedRecords: c.MaxInflightEvents + 1,
+		MaxRecordBytes:     c.MaxRecordBytes,
+		AutoCreateTopics:   c.KafkaAutoCreateTopics,
+		Opts:               kafkaOpts,
+	}, log)
+	if err != nil {
+		return republish.Summary{}, err
+	}
+	defer snk.Close()
 	r, err := republish.New(republish.Config{
 		URL:             c.PostgresURL,
 		Table:           outboxTable(c.Table),
@@ -164,32 +190,19 @@ func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt,
 		BatchSize:       c.BatchSize,
 		MaxInflight:     c.MaxInflightEvents,
 		Log:             log,
+		Explain:         explain,
 		Progress: func(s republish.Summary) {
 			if c.ProgressInterval == 0 || time.Since(lastProgress) < c.ProgressInterval {
 				return
 			}
 			lastProgress = time.Now()
 			log.Info("republishing", "rows_read", s.RowsRead, "acknowledged", s.Acked, "dead_lettered", s.DeadLettered,
-				"rows_per_second", perSecond(s.Acked, time.Since(began)), "resume", s.Resume)
+				"rows_per_second", perSecond(s.Acked, time.Since(began)), "resume", resumeFlag(s.Resume))
 		},
-	})
+	}, snk)
 	if err != nil {
 		return republish.Summary{}, err
 	}
-	snk, err := sink.New(sink.Config{
-		Brokers:            c.brokers(),
-		Linger:             c.KafkaLinger,
-		Compression:        c.KafkaCompression,
-		MaxBufferedRecords: c.MaxInflightEvents + 1,
-		MaxRecordBytes:     c.MaxRecordBytes,
-		AutoCreateTopics:   c.KafkaAutoCreateTopics,
-		Opts:               kafkaOpts,
-	}, log, r.Ack)
-	if err != nil {
-		return republish.Summary{}, err
-	}
-	defer snk.Close()
-	r.SetProducer(snk)
 	log.Info("republishing rows from the table", "table", outboxTable(c.Table).String(), "source", source, "after_id", c.AfterID, "until_id", c.UntilID,
 		"since", c.Since, "until", c.Until)
 	// What was sent is waited for, as long as it takes, or, after an

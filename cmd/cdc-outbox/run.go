@@ -11,11 +11,9 @@ import (
 	"net/http/pprof"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -62,54 +60,41 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			log.Info("stopped before streaming")
 			return 0
 		}
-		log.Error("stopped with an error", "error", redact(err))
+		log.Error("stopped with an error", "error", say(err))
 		return 1
 	}
 	return 0
 }
 
-// group runs background loops that live as long as the stream: each gets
-// the group's context and is waited for when the group stops.
-type group struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func newGroup(parent context.Context) *group {
-	ctx, cancel := context.WithCancel(parent)
-	return &group{ctx: ctx, cancel: cancel}
-}
-
-func (g *group) goLoop(fn func(ctx context.Context)) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		fn(g.ctx)
-	}()
-}
-
-func (g *group) stop() {
-	g.cancel()
-	g.wg.Wait()
-}
-
 // run wires the data path: replication → pipeline (decoder, mapping) →
 // sink, with the checkpoint deciding what the replication side confirms,
-// and beside it the HTTP endpoint, the slot poller and the Kafka pinger.
-// kafkaOpts are the client's TLS and SASL options (kafkaSecurityOpts).
-func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logger) error {
+// and beside it the HTTP endpoint, the slot monitor and the Kafka health
+// check, as one run group: the first part to fail stops them all, and so
+// does ctx's end (a signal). kafkaOpts are the client's TLS and SASL
+// options (kafkaSecurityOpts).
+//
+// Shutdown runs in this order. The stream stops reading, drains what is in
+// flight (up to --shutdown-timeout) and sends its final position; run
+// returns, and the group stops the rest, last started first: the slot
+// monitor and the Kafka health check (they use the sink and the database),
+// then the sink (records still buffered fail with kgo.ErrClientClosed,
+// which the pipeline takes for a shutdown, not for bad events), the
+// catalog's connection, and last the HTTP endpoint, so /metrics and /readyz
+// answer until the end.
+func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logger) (err error) {
 	table := outboxTable(c.Table)
-	bg := newGroup(context.Background())
-	defer bg.stop()
+	g := newGroup(ctx)
+	defer func() {
+		if failed := g.Stop(); failed != nil {
+			err = failed // why everything stopped
+		}
+	}()
+	ctx = g.Context()
 
 	// The HTTP endpoint starts before the slot is known (so /healthz answers
 	// during a long wait for the slot); the data path's parts are published
 	// here once built, and metrics read 0 until then.
 	var parts atomic.Pointer[dataPath]
-	var kafkaUp kafkaState
-	var published atomic.Bool // the outbox table is in the publication, as last checked
-	published.Store(true)
 	src := sources(&parts)
 	src.Ready = func() (bool, string) {
 		dp := parts.Load()
@@ -117,11 +102,20 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		if dp == nil || !dp.stream.Connected() {
 			missing = append(missing, "not streaming from PostgreSQL (starting, reconnecting, or another instance holds the slot)")
 		}
-		if !published.Load() {
+		if dp != nil && !dp.monitor.Published() {
 			missing = append(missing, fmt.Sprintf("table %s is not in publication %s, or not wholly: inserts into it are not streamed", table, c.Publication))
 		}
-		if up, reason := kafkaUp.state(); !up {
-			missing = append(missing, "Kafka does not answer metadata requests"+reason)
+		var kafkaUp bool
+		var kafkaErr error // the last failure, explained in /readyz
+		if dp != nil {
+			kafkaUp, kafkaErr = dp.kafka.State()
+		}
+		switch {
+		case kafkaUp:
+		case kafkaErr != nil:
+			missing = append(missing, "Kafka does not answer metadata requests: "+explain(kafkaErr))
+		default:
+			missing = append(missing, "Kafka does not answer metadata requests")
 		}
 		return len(missing) == 0, strings.Join(missing, "; ")
 	}
@@ -139,13 +133,13 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 			h = mux
 		}
-		if err := serveHTTP(bg, c.HTTPAddr, h, log); err != nil {
+		if err := serveHTTP(g, c.HTTPAddr, h, log); err != nil {
 			return err
 		}
 	}
 
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	start, err := replication.Prepare(setupCtx, c.PostgresURL, replication.Setup{
+	prepared, err := replication.Prepare(setupCtx, c.PostgresURL, replication.Setup{
 		Table:             table,
 		Publication:       c.Publication,
 		Slot:              c.Slot,
@@ -158,11 +152,13 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	logPrepared(log, c.Slot, prepared)
+	start := prepared.Start
 	catalog, err := openCatalog(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer catalog.Close()
+	g.Close(catalog.Close)
 
 	source, err := resolveSource(ctx, c)
 	if err != nil {
@@ -171,18 +167,6 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	c.Mapping.Source = source
 
 	tracker := checkpoint.New(start)
-	p, err := pipeline.New(pipeline.Config{
-		Mapping:           c.Mapping,
-		OnBadEvent:        c.OnBadEvent,
-		DeadLetterTopic:   c.DeadLetterTopic,
-		MaxInflightEvents: c.MaxInflightEvents,
-		MaxInflightBytes:  int64(c.MaxInflightBytes),
-		MaxRecordBytes:    c.MaxRecordBytes,
-	}, tracker, catalog, log)
-	if err != nil {
-		return err
-	}
-	p.SetObserver(m)
 	snk, err := sink.New(sink.Config{
 		Brokers:     c.brokers(),
 		Linger:      c.KafkaLinger,
@@ -193,19 +177,23 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxRecordBytes:     c.MaxRecordBytes,
 		AutoCreateTopics:   c.KafkaAutoCreateTopics,
 		Opts:               append([]kgo.Opt{kgo.WithHooks(m.Hooks()...)}, kafkaOpts...),
-	}, log, p.Ack)
+	}, log)
 	if err != nil {
 		return err
 	}
-	// The sink closes after the loops that use it (the Kafka pinger) and
-	// after the stream, which drained it up to --shutdown-timeout: records
-	// still buffered then fail with kgo.ErrClientClosed, which the pipeline
-	// takes for a shutdown, not for bad events.
-	defer func() {
-		bg.stop()
-		snk.Close()
-	}()
-	p.SetSink(snk)
+	g.Close(snk.Close)
+	p, err := pipeline.New(pipeline.Config{
+		Mapping:           c.Mapping,
+		OnBadEvent:        c.OnBadEvent,
+		DeadLetterTopic:   c.DeadLetterTopic,
+		MaxInflightEvents: c.MaxInflightEvents,
+		MaxInflightBytes:  int64(c.MaxInflightBytes),
+		MaxRecordBytes:    c.MaxRecordBytes,
+		Explain:           explain,
+	}, tracker, catalog, snk, m, log)
+	if err != nil {
+		return err
+	}
 
 	st := replication.New(replication.Config{
 		URL:               c.PostgresURL,
@@ -216,11 +204,20 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		ReceiveTimeout:    c.ReceiveTimeout,
 		ShutdownTimeout:   c.ShutdownTimeout,
 	}, p, tracker, log)
-	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p})
-
-	bg.goLoop(func(ctx context.Context) { pingKafka(ctx, snk, &kafkaUp, m, log) })
 	outbox := catalog.Outbox()
-	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c, outbox, &published, m, log) })
+	monitor := replication.NewMonitor(replication.MonitorConfig{
+		URL:         c.PostgresURL,
+		Slot:        c.Slot,
+		Publication: c.Publication,
+		Table:       table,
+		Outbox:      outbox,
+		Interval:    c.SlotPollInterval,
+	}, m, log)
+	health := sink.NewHealth(snk, m, explain, log)
+	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health})
+
+	loop(g, "Kafka health check", health.Run)
+	loop(g, "slot monitor", monitor.Run)
 
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
@@ -232,9 +229,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 
 // dataPath is what metrics read at scrape time.
 type dataPath struct {
-	ckpt   *checkpoint.Tracker
-	stream *replication.Stream
-	pipe   *pipeline.Pipeline
+	ckpt    *checkpoint.Tracker
+	stream  *replication.Stream
+	pipe    *pipeline.Pipeline
+	monitor *replication.Monitor
+	kafka   *sink.Health
 }
 
 // sources reads the data path's state for metrics; every value is zero
@@ -265,101 +264,54 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			}
 			return time.Time{}, false
 		},
-		Skipped: func() decoder.SkipCounts {
-			if dp := parts.Load(); dp != nil {
-				return dp.pipe.Skipped()
-			}
-			return decoder.SkipCounts{}
+		Skipped: map[string]func() float64{
+			decoder.SkipUpdate:     read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Update) }),
+			decoder.SkipDelete:     read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Delete) }),
+			decoder.SkipTruncate:   read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Truncate) }),
+			decoder.SkipOtherTable: read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().OtherTable) }),
 		},
 	}
 }
 
+// loop adds to g a loop that runs until told to stop and never fails.
+func loop(g *group, name string, run func(ctx context.Context)) {
+	ctx, stop := context.WithCancel(g.Context())
+	g.Go(name, func() error { run(ctx); return nil }, stop)
+}
+
 // serveHTTP starts the metrics and health endpoint; a port that cannot be
-// bound is an error at start, not a silent absence of metrics.
-func serveHTTP(bg *group, addr string, h http.Handler, log *slog.Logger) error {
+// bound is an error at start, not a silent absence of metrics. An endpoint
+// that stops serving fails the group: the daemon stops rather than run
+// without metrics and readiness.
+func serveHTTP(g *group, addr string, h http.Handler, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w (choose another address, or --http-addr='' to turn the endpoint off)", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
-	bg.goLoop(func(ctx context.Context) {
-		go func() {
-			<-ctx.Done()
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdownCtx)
-		}()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http endpoint stopped", "error", err)
+	g.Go("http endpoint", func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
+		return nil
+	}, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
 	})
 	return nil
 }
 
-// kafkaState is whether the broker answered the last metadata request, and
-// if not, why.
-type kafkaState struct {
-	mu           sync.Mutex
-	isUp, wasUp  bool
-	everAnswered bool
-	why          string // the last failure with advice; "" while up
-}
-
-// state is whether the broker answered and, when not, ": " and why, for
-// /readyz.
-func (k *kafkaState) state() (up bool, reason string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.isUp || k.why == "" {
-		return k.isUp, ""
+// logPrepared says what Prepare did to the slot that skips changes: the
+// operator asked for it with --recreate-slot, and must know what it cost.
+func logPrepared(log *slog.Logger, slot string, p replication.Prepared) {
+	if p.DroppedLost {
+		log.Warn("dropped the replication slot that lost its WAL (--recreate-slot): outbox events committed after its last confirmed position "+
+			"and before the new slot are not streamed", "slot", slot, "confirmed_lsn", p.LostConfirmed)
 	}
-	return false, ": " + k.why
-}
-
-// pingKafka asks the broker for metadata every few seconds: readiness and
-// cdc_outbox_connected{target="kafka"} come from the answer. A failure is
-// logged when Kafka stops answering, at the first attempt, and whenever the
-// reason changes: a wrong password or certificate never heals by itself,
-// so the operator must hear of it at start, not only from /readyz.
-func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Metrics, log *slog.Logger) {
-	const every = 5 * time.Second
-	first := true
-	for {
-		pctx, cancel := context.WithTimeout(ctx, every)
-		err := snk.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		k.mu.Lock()
-		k.wasUp, k.isUp = k.isUp, err == nil
-		m.Kafka(k.isUp, k.wasUp, k.everAnswered)
-		why, advice := "", sink.Advice(err)
-		if err != nil {
-			why = err.Error()
-			if advice != "" {
-				why += "; " + advice
-			}
-		}
-		news := err != nil && (first || k.wasUp || why != k.why)
-		switch {
-		case news && advice != "":
-			log.Error("Kafka refuses the connection; events wait in flight and nothing past them is confirmed", "error", why)
-		case news:
-			log.Warn("Kafka does not answer; events wait in flight and nothing past them is confirmed", "error", why)
-		case err == nil && !k.wasUp && k.everAnswered:
-			log.Info("Kafka answers again")
-		}
-		k.why = why
-		k.everAnswered = k.everAnswered || k.isUp
-		k.mu.Unlock()
-		first = false
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(every):
-		}
+	if p.Slot == replication.SlotRecreated {
+		log.Warn("re-created the replication slot (--recreate-slot): changes committed before it are not streamed", "slot", slot, "lsn", p.Start)
 	}
 }
 
@@ -381,99 +333,4 @@ func openCatalog(ctx context.Context, c *runConfig) (*replication.Catalog, error
 		Required:    []string{c.Mapping.IDColumn, c.Mapping.AggregateTypeColumn, c.Mapping.AggregateIDColumn, c.Mapping.EventTypeColumn, c.Mapping.PayloadColumn},
 		Timeout:     catalogTimeout,
 	})
-}
-
-// pollSlot reads the slot's state on a normal connection every
-// --slot-poll-interval: retained WAL, active, wal_status. The database's
-// view is the one that matters when the streamer itself is stuck. It also
-// checks that the publication still publishes the whole outbox, comparing
-// relations: a table dropped and created again silently leaves it, and a
-// partition or inheritance child the publication misses is never sent.
-func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, published *atomic.Bool, m *metrics.Metrics, log *slog.Logger) {
-	table := outboxTable(c.Table)
-	var conn *pgx.Conn
-	var walStatus string // as last read
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-	}()
-	for {
-		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		var err error
-		if conn == nil || conn.IsClosed() {
-			conn, err = replication.ConnectPrimary(qctx, c.PostgresURL)
-			if err != nil {
-				conn = nil
-			}
-		}
-		if err == nil {
-			var info replication.SlotInfo
-			info, err = replication.ReadSlot(qctx, conn, c.Slot)
-			if err == nil {
-				if info.Invalidated() {
-					// Whatever the reason (17+: invalidation_reason; 16:
-					// conflicting), the slot can no longer stream: as
-					// good as lost, which 16+ also says in wal_status.
-					info.WALStatus = "lost"
-				}
-				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
-				m.SlotFailover(info.Failover, info.StandbysStreaming)
-				logWALStatus(log, walStatus, info)
-				walStatus = info.WALStatus
-			} else if errors.Is(err, replication.ErrSlotMissing) {
-				m.Slot(false, 0, "")
-			}
-		}
-		if err == nil {
-			var problem string
-			if problem, err = replication.CheckPublication(qctx, conn, c.Publication, outbox, table); err == nil {
-				published.Store(problem == "")
-				if problem != "" {
-					log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
-						"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
-						"problem", problem, "table", table.String(), "publication", c.Publication)
-				}
-			}
-		}
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			log.Warn("could not read the replication slot's state", "slot", c.Slot, "error", redact(err))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(c.SlotPollInterval):
-		}
-	}
-}
-
-// logWALStatus says when the slot's wal_status changes, at the level the
-// new state deserves. unreserved and lost are errors: the first is the last
-// moment to act before PostgreSQL removes WAL the slot needs, the second
-// means it did (streaming then stops with ErrWALLost at the latest when the
-// walsender is ended and the stream reconnects).
-func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
-	if info.WALStatus == prev {
-		return
-	}
-	attrs := []any{"slot", info.Name, "wal_status", info.WALStatus, "previous", prev, "retained_wal_bytes", info.RetainedBytes}
-	if reason := info.Reason(); reason != "" {
-		attrs = append(attrs, "invalidation_reason", reason)
-	}
-	switch info.WALStatus {
-	case "extended":
-		log.Warn("the slot holds more WAL than max_wal_size: cdc-outbox is behind (is Kafka slow or refusing?)", attrs...)
-	case "unreserved":
-		log.Error("the slot holds more WAL than max_slot_wal_keep_size allows: the next checkpoint removes WAL it still needs, "+
-			"and its events would never reach Kafka through it. Let cdc-outbox catch up (Kafka?) or raise max_slot_wal_keep_size now", attrs...)
-	case "lost":
-		what, _ := replication.Invalidation(info.Reason())
-		log.Error("the slot is invalidated: "+what+". The events it had not streamed will not reach Kafka through this slot; "+
-			"cdc-outbox stops when the stream ends. Start with --recreate-slot, then re-publish them from the outbox table with cdc-outbox republish", attrs...)
-	case "reserved":
-		if prev == "extended" || prev == "unreserved" {
-			log.Info("the slot's WAL is within max_wal_size again", attrs...)
-		}
-	}
 }

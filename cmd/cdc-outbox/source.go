@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode"
@@ -47,21 +48,16 @@ func resolveSource(ctx context.Context, c *runConfig) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := replication.ConnectPrimary(ctx, c.PostgresURL)
-	if err != nil {
-		return "", fmt.Errorf("connect to PostgreSQL to derive the default --source: %w", replication.ExplainConnect(err))
-	}
-	defer conn.Close(context.Background())
 	table := outboxTable(c.Table)
-	var source *string
-	err = conn.QueryRow(ctx, `SELECT (SELECT system_identifier FROM pg_control_system())::text
-		|| '/' || (SELECT oid FROM pg_database WHERE datname = current_database())::text
-		|| '/' || to_regclass($1)::oid::text`, table.Quoted()).Scan(&source)
+	source, err := replication.TableIdentity(ctx, c.PostgresURL, table)
+	var connect *replication.ConnectError
 	switch {
+	case errors.As(err, &connect):
+		return "", fmt.Errorf("connect to PostgreSQL to derive the default --source: %w", err)
+	case errors.Is(err, replication.ErrNoTable):
+		return "", fmt.Errorf("derive the default --source: table %s does not exist", table)
 	case err != nil:
 		return "", fmt.Errorf("derive the default --source from table %s: %w (or set --source)", c.Table, err)
-	case source == nil:
-		return "", fmt.Errorf("derive the default --source: table %s does not exist", table)
 	}
-	return *source, nil
+	return source, nil
 }

@@ -10,10 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // statusConfig is everything `cdc-outbox status` is told. The connection
@@ -36,7 +35,7 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
-	f.String(&c.Table, "table", "public.outbox", tableHelp)
+	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
 	f.Bool(&c.JSON, "json", false, "print one JSON object instead of text")
 	f.Duration(&c.Timeout, "timeout", 10*time.Second, "give up connecting and reading after this long")
 	return f
@@ -212,23 +211,20 @@ func newStatusReport(c *statusConfig) *statusReport {
 // the report says why, with exit code 2.
 func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	r := newStatusReport(c)
-	conn, err := pgx.Connect(ctx, c.PostgresURL)
-	if err != nil {
+	in, err := replication.Inspect(ctx, c.PostgresURL, replication.Names{Slot: c.Slot, Publication: c.Publication, Table: outboxTable(c.Table)})
+	var connect *replication.ConnectError
+	switch {
+	case errors.As(err, &connect):
 		// The advice first: pgx's error may run over several lines.
 		r.fail(verdictCannotConnect, fmt.Sprintf("cannot connect to PostgreSQL: check --postgres-url (env %s), "+
-			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), redact(replication.ExplainConnect(err))), err)
+			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), say(err)), err)
 		return r
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if err := r.read(ctx, conn); err != nil {
+	case err != nil:
 		r.fail(verdictCannotRead, fmt.Sprintf("cannot read the status: check that the role may read "+
-			"pg_replication_slots, pg_publication and pg_class, and that the server is the primary: %v", redact(err)), err)
+			"pg_replication_slots, pg_publication and pg_class, and that the server is the primary: %v", say(err)), err)
 		return r
 	}
+	r.fill(in)
 	r.judge()
 	return r
 }
@@ -237,14 +233,11 @@ func (r *statusReport) fail(verdict, message string, err error) {
 	r.Verdict, r.ExitCode, r.Message, r.Error = verdict, 2, message, redact(err).Error()
 }
 
-// read fills the report from the server, on a normal connection.
-func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
-	info, err := replication.ReadSlot(ctx, conn, r.Slot)
-	switch {
-	case errors.Is(err, replication.ErrSlotMissing):
-	case err != nil:
-		return err
-	default:
+// fill puts what the server said into the report.
+func (r *statusReport) fill(in replication.Inspection) {
+	r.connectedDB = in.Database
+	if in.SlotExists {
+		info := in.Slot
 		r.SlotExists = true
 		r.Plugin, r.Database = info.Plugin, info.Database
 		r.Active, r.ActivePID = info.Active, info.ActivePID
@@ -265,62 +258,16 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		r.Failover, r.Synced, r.InRecovery = info.Failover, info.Synced, info.InRecovery
 		r.SynchronizedStandbySlots, r.StandbysStreaming = info.StandbySlots, info.StandbysStreaming
 	}
-	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000, pg_is_in_recovery(),
-		EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'physical')`).Scan(&r.major, &r.InRecovery, &r.standbys); err != nil {
-		return err
+	r.major, r.InRecovery, r.standbys = in.Major, in.InRecovery, in.PhysicalSlots
+	r.PublicationExists, r.PublishesInserts = in.Publication.Exists, in.Publication.Inserts
+	for _, n := range in.Publication.Tables {
+		r.PublicationTables = append(r.PublicationTables, n.String())
 	}
-
-	err = conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, r.Publication).Scan(&r.PublishesInserts)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return fmt.Errorf("read publication %s: %w", r.Publication, err)
-	default:
-		r.PublicationExists = true
-		// DISTINCT: PostgreSQL 14 lists a partition twice when it is
-		// published both on its own and through its partitioned table.
-		rows, _ := conn.Query(ctx, `SELECT DISTINCT schemaname::text, tablename::text FROM pg_publication_tables
-			WHERE pubname = $1 ORDER BY 1, 2`, r.Publication)
-		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-			var n pgname.Name
-			err := row.Scan(&n.Schema, &n.Relation)
-			return n.String(), err
-		})
-		if err != nil {
-			return fmt.Errorf("read tables of publication %s: %w", r.Publication, err)
-		}
-		r.PublicationTables = append(r.PublicationTables, tables...)
+	r.TableExists = in.TableExists
+	r.TableRowsEstimate = in.RowsEstimate
+	if in.Coverage != nil {
+		r.TableInPublication, r.publicationProblem = in.Coverage.Complete(), in.Coverage.Problem()
 	}
-
-	if err := conn.QueryRow(ctx, `SELECT current_database()::text`).Scan(&r.connectedDB); err != nil {
-		return err
-	}
-	t, err := replication.FindTable(ctx, conn, outboxTable(r.Table))
-	switch {
-	case errors.Is(err, replication.ErrNoTable), errors.Is(err, replication.ErrNotTable):
-		return nil
-	case err != nil:
-		return err
-	}
-	r.TableExists = true
-	// Of a partitioned table, the rows of all its partitions; of a table
-	// with inheritance children, theirs too, as SELECT counts them.
-	err = conn.QueryRow(ctx, `WITH RECURSIVE tree(oid) AS (
-			SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid
-		)
-		SELECT coalesce(sum(reltuples) FILTER (WHERE reltuples >= 0), -1)::bigint FROM pg_class
-		WHERE oid IN (SELECT oid FROM tree) AND relkind = 'r'`, t.OID).Scan(&r.TableRowsEstimate)
-	if err != nil {
-		return fmt.Errorf("estimate the rows of %s: %w", r.Table, err)
-	}
-	if r.PublicationExists {
-		cov, err := replication.Cover(ctx, conn, r.Publication, t)
-		if err != nil {
-			return err
-		}
-		r.TableInPublication, r.publicationProblem = cov.Complete(), cov.Problem()
-	}
-	return nil
 }
 
 // judge sets the verdict, exit code, message and warnings from what read

@@ -10,6 +10,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
+	"github.com/cdc-outbox/cdc-outbox/outbox/topic"
 )
 
 // Type OIDs of the column types whose text form the mapper interprets.
@@ -23,31 +26,14 @@ const (
 	oidJSONB       = 3802
 )
 
-// The headers cdc-outbox sets on every record.
-const (
-	HeaderID            = "id"
-	HeaderEventType     = "event_type"
-	HeaderAggregateType = "aggregate_type"
-	HeaderSource        = "source"
-)
-
-// ReservedHeaders are the header keys cdc-outbox sets itself. A key of the
-// headers column equal to one of them is a bad event: the record would
-// carry the header twice. Add every header the streamer comes to set here.
-var ReservedHeaders = []string{HeaderID, HeaderEventType, HeaderAggregateType, HeaderSource}
-
 // reserved reports whether the escaped JSON key k, once unescaped, is one
-// of ReservedHeaders. It allocates only for keys with escapes.
+// of the headers cdc-outbox sets itself (contract.ReservedHeaders). It
+// allocates only for keys with escapes.
 func reserved(k []byte) bool {
 	if bytes.IndexByte(k, '\\') >= 0 {
 		k = appendUnescaped(nil, k)
 	}
-	for _, h := range ReservedHeaders {
-		if string(k) == h {
-			return true
-		}
-	}
-	return false
+	return contract.Reserved(k)
 }
 
 // Column is one column value as decoded from pgoutput (text format). The
@@ -61,11 +47,11 @@ type Column struct {
 
 // Config names the outbox columns and shapes the record.
 type Config struct {
-	Topic string // template, default "outbox.event.{aggregate_type}"
+	Topic string // template, default topic.DefaultTemplate
 
-	IDColumn, AggregateTypeColumn, AggregateIDColumn, EventTypeColumn, PayloadColumn, HeadersColumn, CreatedAtColumn string // defaults: id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+	IDColumn, AggregateTypeColumn, AggregateIDColumn, EventTypeColumn, PayloadColumn, HeadersColumn, CreatedAtColumn string // defaults: the contract's column names
 
-	MaxHeaderBytes int // largest header key or value, default 65536
+	MaxHeaderBytes int // largest header key or value, default contract.MaxHeaderBytes
 
 	// Source is the "source" header of every record: which outbox the
 	// events come from, so consumers reading several outboxes, whose ids
@@ -73,18 +59,18 @@ type Config struct {
 	Source string
 }
 
-// DefaultConfig matches the default outbox table.
+// DefaultConfig matches the default outbox table (package contract).
 func DefaultConfig() Config {
 	return Config{
-		Topic:               "outbox.event.{aggregate_type}",
-		IDColumn:            "id",
-		AggregateTypeColumn: "aggregate_type",
-		AggregateIDColumn:   "aggregate_id",
-		EventTypeColumn:     "event_type",
-		PayloadColumn:       "payload",
-		HeadersColumn:       "headers",
-		CreatedAtColumn:     "created_at",
-		MaxHeaderBytes:      64 << 10,
+		Topic:               topic.DefaultTemplate,
+		IDColumn:            contract.ColumnID,
+		AggregateTypeColumn: contract.ColumnAggregateType,
+		AggregateIDColumn:   contract.ColumnAggregateID,
+		EventTypeColumn:     contract.ColumnEventType,
+		PayloadColumn:       contract.ColumnPayload,
+		HeadersColumn:       contract.ColumnHeaders,
+		CreatedAtColumn:     contract.ColumnCreatedAt,
+		MaxHeaderBytes:      contract.MaxHeaderBytes,
 	}
 }
 
@@ -276,10 +262,10 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 	buf, hdrs[0].Value = carve(buf, req[roleID])
 	buf, hdrs[1].Value = carve(buf, req[roleEventType])
 	buf, hdrs[2].Value = carve(buf, req[roleAggregateType])
-	hdrs[0].Key, hdrs[1].Key, hdrs[2].Key = HeaderID, HeaderEventType, HeaderAggregateType
+	hdrs[0].Key, hdrs[1].Key, hdrs[2].Key = contract.HeaderID, contract.HeaderEventType, contract.HeaderAggregateType
 	if m.source != nil {
 		// Shared by every record: nothing downstream modifies a header.
-		hdrs = append(hdrs, kgo.RecordHeader{Key: HeaderSource, Value: m.source})
+		hdrs = append(hdrs, kgo.RecordHeader{Key: contract.HeaderSource, Value: m.source})
 	}
 	if extra > 0 {
 		it := memberIter{doc: hdrDoc}
@@ -454,7 +440,7 @@ func (m *Mapper) scanHeaders(cols []Column, c *Column) (n, size int, err error) 
 			// header by name (Java's lastHeader) take this value for the
 			// event id, and dedupe different events as one.
 			return 0, 0, m.bad(cols, column, fmt.Sprintf("has key %s, a header cdc-outbox sets itself (%s); rename the key in the row",
-				excerpt(appendUnescaped(nil, k)), strings.Join(ReservedHeaders, ", ")))
+				excerpt(appendUnescaped(nil, k)), strings.Join(contract.ReservedHeaders(), ", ")))
 		}
 		n++
 		size += vl

@@ -47,8 +47,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
-
-	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 )
 
 // Sources are the values read at scrape time.
@@ -61,7 +59,9 @@ type Sources struct {
 	PostgresConnected  func() bool
 	PostgresReconnects func() float64
 	Oldest             func() (commitTime time.Time, ok bool)
-	Skipped            func() decoder.SkipCounts
+	// Skipped counts the changes not published, by reason (the label
+	// values: update, delete, truncate, other_table).
+	Skipped map[string]func() float64
 	// Ready says whether the streamer streams from PostgreSQL with Kafka
 	// reachable, and if not, what is missing.
 	Ready func() (ok bool, why string)
@@ -174,20 +174,11 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 	f.NewCounterFunc(prometheus.CounterOpts{
 		Name: "cdc_outbox_transactions_total", Help: "Transactions fully confirmed to PostgreSQL.",
 	}, src.Transactions)
-	skipped := func(pick func(decoder.SkipCounts) uint64) func() float64 {
-		return func() float64 { return float64(pick(src.Skipped())) }
-	}
-	for reason, pick := range map[string]func(decoder.SkipCounts) uint64{
-		decoder.SkipUpdate:     func(c decoder.SkipCounts) uint64 { return c.Update },
-		decoder.SkipDelete:     func(c decoder.SkipCounts) uint64 { return c.Delete },
-		decoder.SkipTruncate:   func(c decoder.SkipCounts) uint64 { return c.Truncate },
-		decoder.SkipOtherTable: func(c decoder.SkipCounts) uint64 { return c.OtherTable },
-	} {
-		f.NewCounterFunc(prometheus.CounterOpts{
-			Name: "cdc_outbox_events_skipped_total", Help: "Changes that were not published, by reason.",
-			ConstLabels: prometheus.Labels{"reason": reason},
-		}, skipped(pick))
-	}
+	reg.MustRegister(&funcs{
+		desc:   prometheus.NewDesc("cdc_outbox_events_skipped_total", "Changes that were not published, by reason.", []string{"reason"}, nil),
+		kind:   prometheus.CounterValue,
+		series: src.Skipped,
+	})
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cdc_outbox_lag_seconds", Help: "Age, by commit time, of the oldest transaction received and not yet confirmed; 0 when none.",
 	}, func() float64 {

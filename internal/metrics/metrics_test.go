@@ -12,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 )
 
 func fixed(v float64) func() float64 { return func() float64 { return v } }
@@ -31,7 +29,9 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 		PostgresConnected:  func() bool { return true },
 		PostgresReconnects: fixed(2),
 		Oldest:             func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
-		Skipped:            func() decoder.SkipCounts { return decoder.SkipCounts{Delete: 5} },
+		Skipped: map[string]func() float64{
+			"update": fixed(0), "delete": fixed(5), "truncate": fixed(0), "other_table": fixed(0),
+		},
 		Ready: func() (bool, string) {
 			if ready {
 				return true, ""

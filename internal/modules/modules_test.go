@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cdc-outbox/cdc-outbox/consume"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 const root = "../.."
@@ -21,7 +24,7 @@ var libraries = []struct {
 	dir, path string
 	imports   []string
 }{
-	{"outbox", "github.com/cdc-outbox/cdc-outbox/outbox", []string{"github.com/cdc-outbox/cdc-outbox/outbox", "github.com/cdc-outbox/cdc-outbox/outbox/topic"}},
+	{"outbox", "github.com/cdc-outbox/cdc-outbox/outbox", []string{"github.com/cdc-outbox/cdc-outbox/outbox", "github.com/cdc-outbox/cdc-outbox/outbox/topic", "github.com/cdc-outbox/cdc-outbox/outbox/contract"}},
 	{"idempotency", "github.com/cdc-outbox/cdc-outbox/idempotency", []string{"github.com/cdc-outbox/cdc-outbox/idempotency"}},
 	{"consume", "github.com/cdc-outbox/cdc-outbox/consume", []string{"github.com/cdc-outbox/cdc-outbox/consume"}},
 	{"consume/consumeprom", "github.com/cdc-outbox/cdc-outbox/consume/consumeprom", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeprom"}},
@@ -79,6 +82,16 @@ func TestServiceModuleGraphs(t *testing.T) {
 				t.Errorf("%s is not in the service's graph: the check checked nothing", lib.path)
 			}
 		})
+	}
+}
+
+// TestConsumerReadsTheContractHeaders: package consume names the headers
+// it dedupes by itself (a module of its own, it does not import the outbox
+// module); they must be the ones the streamer sets (package contract).
+func TestConsumerReadsTheContractHeaders(t *testing.T) {
+	if consume.HeaderEventID != contract.HeaderID || consume.HeaderSource != contract.HeaderSource {
+		t.Errorf("consume reads headers %q and %q; the streamer sets %q and %q",
+			consume.HeaderEventID, consume.HeaderSource, contract.HeaderID, contract.HeaderSource)
 	}
 }
 

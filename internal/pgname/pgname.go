@@ -1,5 +1,6 @@
-// Package pgname parses and quotes PostgreSQL qualified names, so that
-// --table means what the same text means to PostgreSQL.
+// Package pgname parses and quotes PostgreSQL qualified names, so that the
+// outbox table's configured name means what the same text means to
+// PostgreSQL.
 //
 // Parse follows the server's SplitIdentifierString, the parser behind
 // to_regclass and the regclass type: dots separate the parts, double quotes
@@ -161,7 +162,7 @@ func Quote(ident string) string {
 // Quoted is the name for SQL text: both parts quoted.
 func (n Name) Quoted() string { return Quote(n.Schema) + "." + Quote(n.Relation) }
 
-// String is the name for people and for --table: each part quoted only
+// String is the name for people and for configuration: each part quoted only
 // when it must be for Parse to read it back (capitals, dots, spaces,
 // quotes). It does not know SQL keywords; SQL text uses Quoted.
 func (n Name) String() string { return display(n.Schema) + "." + display(n.Relation) }

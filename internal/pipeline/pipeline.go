@@ -27,7 +27,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // Bad-event policies.
@@ -46,6 +46,10 @@ type Config struct {
 	// MaxRecordBytes is the largest record the broker accepts
 	// (message.max.bytes); larger rows are bad events before they are sent.
 	MaxRecordBytes int
+	// Explain renders an error where the pipeline speaks itself (a
+	// dead-letter record's error header, the log), with what to do: the
+	// command's advice. nil renders err.Error().
+	Explain func(error) string
 }
 
 // Catalog says what a relation the stream describes is; replication.Catalog
@@ -59,9 +63,12 @@ type Catalog interface {
 	Classify(rel *decoder.Relation) (role decoder.Role, why string, err error)
 }
 
-// Producer is the sink as the pipeline sees it.
+// Producer is the sink as the pipeline sees it: franz-go's Produce. It
+// hands r to the client and returns at once, without waiting on the broker;
+// promise is called once with the broker's answer (nil once it has the
+// record), serially and in order per partition, as franz-go calls promises.
 type Producer interface {
-	Produce(r *kgo.Record)
+	Produce(r *kgo.Record, promise func(*kgo.Record, error))
 }
 
 // Pipeline implements replication.Handler.
@@ -72,6 +79,8 @@ type Pipeline struct {
 	mapper  *mapping.Mapper
 	ckpt    *checkpoint.Tracker
 	sink    Producer
+	promise func(*kgo.Record, error) // ack, made once: a method value per record would allocate
+	explain func(error) string
 	log     *slog.Logger
 
 	// unmapped says, for each relation the catalog could not map, why.
@@ -123,9 +132,8 @@ func (noObserver) Received(int64)      {}
 func (noObserver) Bad(string)          {}
 func (noObserver) TimestampReplaced()  {}
 
-// New builds a pipeline. The sink is attached with SetSink, because the
-// sink's acknowledgement callback is the pipeline's Ack.
-func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, log *slog.Logger) (*Pipeline, error) {
+// New builds a pipeline that produces to sink; obs may be nil.
+func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, obs Observer, log *slog.Logger) (*Pipeline, error) {
 	m, err := mapping.New(cfg.Mapping)
 	if err != nil {
 		return nil, err
@@ -139,27 +147,30 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, log *slog.Logger
 	default:
 		return nil, fmt.Errorf("unknown bad-event policy %q: use %s or %s", cfg.OnBadEvent, Fail, DeadLetter)
 	}
+	if obs == nil {
+		obs = noObserver{}
+	}
 	wanted := m.Columns()
-	return &Pipeline{
+	p := &Pipeline{
 		cfg:      cfg,
 		dec:      decoder.New(wanted),
 		catalog:  catalog,
 		mapper:   m,
 		ckpt:     ckpt,
+		sink:     sink,
 		log:      log.With("component", "pipeline"),
 		unmapped: make(map[uint32]string),
 		cols:     make([]mapping.Column, len(wanted)),
 		room:     make(chan struct{}, 1),
 		failed:   make(chan error, 1),
-		obs:      noObserver{},
-	}, nil
+		obs:      obs,
+	}
+	p.promise = p.ack
+	if p.explain = cfg.Explain; p.explain == nil {
+		p.explain = func(err error) string { return err.Error() }
+	}
+	return p, nil
 }
-
-// SetSink attaches the producer; call it before streaming starts.
-func (p *Pipeline) SetSink(s Producer) { p.sink = s }
-
-// SetObserver attaches metrics; call it before streaming starts.
-func (p *Pipeline) SetObserver(o Observer) { p.obs = o }
 
 // Skipped counts the changes that were not published, by reason.
 func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
@@ -265,11 +276,8 @@ func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	if !ok {
 		why = "it was never looked up in the catalog" // cannot happen: every Relation message is
 	}
-	return p.bad(lsn, ev, &mapping.BadEventError{
-		EventID: p.mapper.EventID(p.cols),
-		Reason: fmt.Sprintf("the publication sent it from relation %s.%s (OID %d), which cannot be mapped to the outbox table: %s",
-			rel.Namespace, rel.Name, rel.ID, why),
-	})
+	return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
+		Err: &UnmappedError{Relation: rel.Namespace + "." + rel.Name, OID: rel.ID, Why: why}})
 }
 
 // fill puts an insert's wanted values into p.cols.
@@ -288,7 +296,11 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	p.fill(ev)
 	pd := p.newPending(lsn, ev.Relation)
 	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
-		return p.bad(lsn, ev, err)
+		var me *mapping.BadEventError
+		if !errors.As(err, &me) {
+			return fmt.Errorf("map the row at LSN %s: %w", lsn, err)
+		}
+		return p.bad(ev, &BadEventError{EventID: me.EventID, LSN: lsn, Err: me})
 	}
 	if ts := pd.rec.Timestamp; ts.After(time.Now().Add(MaxTimestampAhead)) {
 		p.obs.TimestampReplaced()
@@ -298,11 +310,8 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	}
 	pd.size = RecordSize(&pd.rec)
 	if int(pd.size) > p.cfg.MaxRecordBytes {
-		return p.bad(lsn, ev, &mapping.BadEventError{
-			EventID: p.mapper.EventID(p.cols),
-			Reason: fmt.Sprintf("the record is about %d bytes, more than --max-record-bytes %d (keep it at or below the broker's message.max.bytes); shrink the payload or raise both limits",
-				pd.size, p.cfg.MaxRecordBytes),
-		})
+		return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
+			Err: &TooLargeError{Size: pd.size, Limit: p.cfg.MaxRecordBytes}})
 	}
 	p.send(pd)
 	return nil
@@ -322,7 +331,7 @@ const MaxTimestampAhead = time.Hour - 5*time.Minute
 // the size check errs on the side of "too big" rather than a broker refusal.
 const recordOverhead = 512
 
-// RecordSize is that bound for r: what --max-record-bytes is compared with.
+// RecordSize is that bound for r: what the record size limit is compared with.
 func RecordSize(r *kgo.Record) int64 {
 	n := len(r.Key) + len(r.Value) + len(r.Topic) + recordOverhead
 	for _, h := range r.Headers {
@@ -344,33 +353,31 @@ func (p *Pipeline) send(pd *pending) {
 	p.ckpt.Add(pd.tx, 1)
 	p.inflight.Add(1)
 	p.inflightBytes.Add(pd.size)
-	p.sink.Produce(&pd.rec)
+	p.sink.Produce(&pd.rec, p.promise)
 }
 
-// Ack is the sink's acknowledgement callback.
-func (p *Pipeline) Ack(r *kgo.Record, err error) {
+// ack is the promise of every record: the broker's answer.
+func (p *Pipeline) ack(r *kgo.Record, err error) {
 	pd := r.Context.(*pending)
 	switch {
 	case err == nil:
 		p.acked(pd)
 	case errors.Is(err, kgo.ErrClientClosed):
-		// The producer was closed on shutdown, after --shutdown-timeout,
+		// The producer was closed on shutdown, after the shutdown timeout,
 		// with the record unacknowledged. Its position was never
 		// confirmed, so the next start sends it again: not a bad event.
 	case pd.dead != nil:
 		// Nowhere left to put the event.
 		p.obs.Bad("failed")
-		p.fail(fmt.Errorf("bad event %s at LSN %s could not be set aside: Kafka refused its dead-letter record for topic %q: %w%s",
-			pd.dead.id, pd.lsn, r.Topic, err, refusalHint(err)))
-	case sink.Refused(err):
+		p.fail(&DeadLetterError{EventID: pd.dead.id, LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, DeadLetter: true, Err: err}})
+	case recordRefused(err):
 		p.refused(pd, err)
 	default:
 		// The cluster refuses (authorization, a topic that does not
 		// exist): every record would fail alike. The transaction never
 		// completes, so the confirmed position stays before it; stop.
 		p.obs.Bad("failed")
-		p.fail(fmt.Errorf("event %s at LSN %s: Kafka refused the record for topic %q: %w%s",
-			eventID(r), pd.lsn, r.Topic, err, refusalHint(err)))
+		p.fail(&ProduceError{EventID: eventID(r), LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, Err: err}})
 	}
 }
 
@@ -408,7 +415,7 @@ func (p *Pipeline) fail(err error) {
 // eventID reads the id header the mapping put first.
 func eventID(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == mapping.HeaderID {
+		if h.Key == contract.HeaderID {
 			return string(h.Value)
 		}
 	}

@@ -65,24 +65,32 @@ func row(id, aggType string) []byte {
 	return insertMsg(id, aggType, "agg-"+id, "Created", `{"n": `+id+`}`, "\x00", "2026-12-01 00:00:00+00")
 }
 
-// fakeSink keeps produced records; the test acks them.
-type fakeSink struct{ records []*kgo.Record }
+// fakeSink keeps produced records; the test answers them through the
+// pipeline's promise.
+type fakeSink struct {
+	t       *testing.T
+	records []*kgo.Record
+}
 
-func (f *fakeSink) Produce(r *kgo.Record) { f.records = append(f.records, r) }
+func (f *fakeSink) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
+	if promise == nil {
+		f.t.Fatal("a record was produced without a promise")
+	}
+	f.records = append(f.records, r)
+}
 
 func newTestPipeline(t *testing.T, policy string, maxInflight int) (*Pipeline, *checkpoint.Tracker, *fakeSink) {
 	t.Helper()
 	ck := checkpoint.New(100)
+	s := &fakeSink{t: t}
 	p, err := New(Config{
 		Mapping:    mapping.DefaultConfig(),
 		OnBadEvent: policy, DeadLetterTopic: "dlq",
 		MaxInflightEvents: maxInflight, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
-	}, ck, newFakeCatalog(), slog.New(slog.DiscardHandler))
+	}, ck, newFakeCatalog(), s, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &fakeSink{}
-	p.SetSink(s)
 	return p, ck, s
 }
 
@@ -104,11 +112,11 @@ func TestConfirmsOnlyAfterEveryAck(t *testing.T) {
 	if len(s.records) != 2 || p.InFlight() != 2 {
 		t.Fatalf("produced %d, in flight %d", len(s.records), p.InFlight())
 	}
-	p.Ack(s.records[1], nil)
+	p.ack(s.records[1], nil)
 	if ck.Confirmed() != 100 {
 		t.Fatalf("confirmed %s with one record unacknowledged", ck.Confirmed())
 	}
-	p.Ack(s.records[0], nil)
+	p.ack(s.records[0], nil)
 	if ck.Confirmed() != 600 || p.InFlight() != 0 || p.InFlightBytes() != 0 {
 		t.Fatalf("confirmed %s in flight %d/%d, want 0/600 and nothing in flight", ck.Confirmed(), p.InFlight(), p.InFlightBytes())
 	}
@@ -120,7 +128,7 @@ func TestFailPolicyStopsBeforeTheBadEvent(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "bad event 2 at LSN 0/3EB") {
 		t.Fatalf("err = %v, want it to name event 2 and its LSN", err)
 	}
-	p.Ack(s.records[0], nil)
+	p.ack(s.records[0], nil)
 	if ck.Confirmed() != 100 {
 		t.Fatalf("confirmed %s past the bad event's transaction", ck.Confirmed())
 	}
@@ -137,11 +145,11 @@ func TestDeadLetterIsPartOfItsTransaction(t *testing.T) {
 	if !strings.Contains(string(s.records[0].Value), `"aggregate_type":"bad topic!"`) {
 		t.Fatalf("dead-letter value %s lacks the raw row", s.records[0].Value)
 	}
-	p.Ack(s.records[1], nil)
+	p.ack(s.records[1], nil)
 	if ck.Confirmed() != 100 {
 		t.Fatal("confirmed before the dead-letter record was acknowledged")
 	}
-	p.Ack(s.records[0], nil)
+	p.ack(s.records[0], nil)
 	if ck.Confirmed() != 600 {
 		t.Fatalf("confirmed %s, want 600", ck.Confirmed())
 	}
@@ -161,7 +169,7 @@ func TestBackpressure(t *testing.T) {
 	if !p.Full() {
 		t.Fatal("not full with 2 of 2 in flight")
 	}
-	p.Ack(s.records[0], nil)
+	p.ack(s.records[0], nil)
 	select {
 	case <-p.Room():
 	case <-time.After(time.Second):
@@ -182,8 +190,8 @@ func TestLostDiscardsTheOpenTransaction(t *testing.T) {
 	if err := feed(t, p, beginMsg(500), row("1", "payment"), commitMsg(600)); err != nil {
 		t.Fatal(err)
 	}
-	p.Ack(s.records[1], nil)
-	p.Ack(s.records[0], nil) // the first copy's ack is ignored by the checkpoint
+	p.ack(s.records[1], nil)
+	p.ack(s.records[0], nil) // the first copy's ack is ignored by the checkpoint
 	if ck.Confirmed() != 600 {
 		t.Fatalf("confirmed %s, want 600", ck.Confirmed())
 	}
@@ -202,7 +210,7 @@ func (o *countingObserver) TimestampReplaced()  { o.replaced++ }
 
 func observe(p *Pipeline) *countingObserver {
 	o := &countingObserver{bad: map[string]int{}}
-	p.SetObserver(o)
+	p.obs = o
 	return o
 }
 
@@ -219,7 +227,7 @@ func failure(p *Pipeline) error {
 // batch the broker refused: every buffered record, in order, same error.
 func refuseBatch(p *Pipeline, err error, recs ...*kgo.Record) {
 	for _, r := range recs {
-		p.Ack(r, err)
+		p.ack(r, err)
 	}
 }
 
@@ -243,14 +251,17 @@ func TestBrokerRefusalFindsTheRecordUnderFail(t *testing.T) {
 	if !p.Full() || len(s.records) != 4 {
 		t.Fatal("sent the next record before the broker answered for the one sent alone")
 	}
-	p.Ack(s.records[3], nil)
+	p.ack(s.records[3], nil)
 	if !p.Full() || len(s.records) != 5 || eventID(s.records[4]) != "7" {
 		t.Fatalf("want event 7 sent alone next, got %d records", len(s.records))
 	}
-	p.Ack(s.records[4], kerr.MessageTooLarge)
+	p.ack(s.records[4], kerr.MessageTooLarge)
 	err := failure(p)
-	if err == nil || !strings.Contains(err.Error(), "bad event 7 at LSN") || !errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "--max-record-bytes") {
-		t.Fatalf("err = %v, want it to name event 7, its LSN, the refusal and a hint", err)
+	var be *BadEventError
+	var refused *RefusedError
+	if !errors.As(err, &be) || be.EventID != "7" || be.LSN == 0 || !errors.As(err, &refused) || refused.Topic != "outbox.event.payment" ||
+		!errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "bad event 7 at LSN") {
+		t.Fatalf("err = %v, want it to name event 7, its LSN, the topic and the refusal", err)
 	}
 	if o.bad["failed"] != 1 || ck.Confirmed() != 100 {
 		t.Fatalf("bad %v, confirmed %s: want one failed and nothing confirmed", o.bad, ck.Confirmed())
@@ -267,10 +278,10 @@ func TestBrokerRefusalDeadLettersAndKeepsOrder(t *testing.T) {
 	if err := feed(t, p, relationMsg(), beginMsg(500), row("6", "payment"), row("7", "payment"), row("8", "payment"), commitMsg(600)); err != nil {
 		t.Fatal(err)
 	}
-	p.Ack(s.records[0], nil)
+	p.ack(s.records[0], nil)
 	refuseBatch(p, kerr.InvalidTimestamp, s.records[1], s.records[2])
 	p.Full()
-	p.Ack(s.records[3], kerr.InvalidTimestamp) // event 7, alone
+	p.ack(s.records[3], kerr.InvalidTimestamp) // event 7, alone
 	if o.bad["dead_lettered"] != 0 {
 		t.Fatal("counted as dead-lettered before the broker had the dead-letter record")
 	}
@@ -279,7 +290,7 @@ func TestBrokerRefusalDeadLettersAndKeepsOrder(t *testing.T) {
 	if dl.Topic != "dlq" || eventID(dl) != "7" || !strings.Contains(header(dl, "error"), "INVALID_TIMESTAMP") || !strings.Contains(string(dl.Value), `"topic":"outbox.event.payment"`) {
 		t.Fatalf("dead-letter record: topic %q id %q error %q value %s", dl.Topic, eventID(dl), header(dl, "error"), dl.Value)
 	}
-	p.Ack(dl, nil)
+	p.ack(dl, nil)
 	if o.bad["dead_lettered"] != 1 {
 		t.Fatalf("bad events %v, want one dead-lettered", o.bad)
 	}
@@ -287,7 +298,7 @@ func TestBrokerRefusalDeadLettersAndKeepsOrder(t *testing.T) {
 	if len(s.records) != 6 || eventID(s.records[5]) != "8" {
 		t.Fatalf("want event 8 sent again after the dead letter, got %d records", len(s.records))
 	}
-	p.Ack(s.records[5], nil)
+	p.ack(s.records[5], nil)
 	if p.Full() || failure(p) != nil {
 		t.Fatal("still paused, or failed, once every refused record is settled")
 	}
@@ -304,12 +315,12 @@ func TestRefusalWaitsForEverythingInFlight(t *testing.T) {
 	if err := feed(t, p, relationMsg(), beginMsg(500), row("1", "payment"), row("2", "order"), commitMsg(600)); err != nil {
 		t.Fatal(err)
 	}
-	p.Ack(s.records[0], kerr.MessageTooLarge)
+	p.ack(s.records[0], kerr.MessageTooLarge)
 	p.Full()
 	if len(s.records) != 2 {
 		t.Fatal("sent a refused record again while another was in flight")
 	}
-	p.Ack(s.records[1], nil)
+	p.ack(s.records[1], nil)
 	p.Full()
 	if len(s.records) != 3 || eventID(s.records[2]) != "1" {
 		t.Fatalf("want event 1 sent again once the rest settled, got %d records", len(s.records))
@@ -323,9 +334,11 @@ func TestClusterRefusalStops(t *testing.T) {
 	if err := feed(t, p, relationMsg(), beginMsg(500), row("7", "payment"), commitMsg(600)); err != nil {
 		t.Fatal(err)
 	}
-	p.Ack(s.records[0], kerr.TopicAuthorizationFailed)
+	p.ack(s.records[0], kerr.TopicAuthorizationFailed)
 	err := failure(p)
-	if err == nil || !strings.Contains(err.Error(), "event 7 at LSN") || !strings.Contains(err.Error(), "grant the producer WRITE") {
+	var pe *ProduceError
+	if !errors.As(err, &pe) || pe.EventID != "7" || pe.Err.Topic != "outbox.event.payment" || !errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		!strings.Contains(err.Error(), "event 7 at LSN") {
 		t.Fatalf("err = %v", err)
 	}
 	if ck.Confirmed() != 100 {
@@ -341,7 +354,7 @@ func TestClosedClientIsNotABadEvent(t *testing.T) {
 	if err := feed(t, p, relationMsg(), beginMsg(500), row("7", "payment"), commitMsg(600)); err != nil {
 		t.Fatal(err)
 	}
-	p.Ack(s.records[0], kgo.ErrClientClosed)
+	p.ack(s.records[0], kgo.ErrClientClosed)
 	if err := failure(p); err != nil || len(o.bad) != 0 {
 		t.Fatalf("failure %v, bad events %v: want none", err, o.bad)
 	}
@@ -419,8 +432,8 @@ func TestOvertakingIsReported(t *testing.T) {
 	if err := feed(t, p, relationMsg(), beginMsg(500), same("1"), same("2"), commitMsg(600)); err != nil {
 		t.Fatal(err)
 	}
-	p.Ack(s.records[0], kerr.MessageTooLarge)
-	p.Ack(s.records[1], nil) // produced after 1, landed before it is resolved
+	p.ack(s.records[0], kerr.MessageTooLarge)
+	p.ack(s.records[1], nil) // produced after 1, landed before it is resolved
 	if got := log.String(); !strings.Contains(got, "per-aggregate order not kept") || !strings.Contains(got, "event_id=2") || !strings.Contains(got, "earlier_event_id=1") {
 		t.Fatalf("no order violation reported:\n%s", got)
 	}

@@ -1,12 +1,9 @@
 package pipeline
 
-import (
-	"fmt"
-	"slices"
-)
+import "slices"
 
 // Records the broker refuses for something about the record itself
-// (sink.Refused: too large, a timestamp out of its range, an invalid topic)
+// (recordRefused: too large, a timestamp out of its range, an invalid topic)
 // are bad events. The broker refuses a whole batch, though, and franz-go
 // then fails every record buffered for that partition with the same error:
 // the one at fault and its innocent neighbours, which may include later
@@ -50,8 +47,7 @@ func (p *Pipeline) refused(pd *pending, err error) {
 	id := eventID(&pd.rec)
 	if p.cfg.OnBadEvent == Fail {
 		p.obs.Bad("failed")
-		p.fail(fmt.Errorf("bad event %s at LSN %s: Kafka refused the record for topic %q: %w%s; or run with --on-bad-event=dead-letter to set such events aside",
-			id, pd.lsn, pd.rec.Topic, err, refusalHint(err)))
+		p.fail(&BadEventError{EventID: id, LSN: pd.lsn, Err: &RefusedError{Topic: pd.rec.Topic, Err: err}})
 		return
 	}
 	before := pd.size
@@ -91,7 +87,7 @@ func (p *Pipeline) isolate() bool {
 	if pd != nil {
 		// Outside the lock: the client may call Ack before Produce
 		// returns.
-		p.sink.Produce(&pd.rec)
+		p.sink.Produce(&pd.rec, p.promise)
 	}
 	return true
 }

@@ -71,21 +71,20 @@ func TestRefusedBatchWithFranzGo(t *testing.T) {
 			const topic = "outbox.event.payment"
 			c := refusingCluster(t, "CULPRIT", topic, "dlq")
 			ck := checkpoint.New(100)
-			p, err := New(Config{
-				Mapping:    mapping.DefaultConfig(),
-				OnBadEvent: policy, DeadLetterTopic: "dlq",
-				MaxInflightEvents: 100, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
-			}, ck, newFakeCatalog(), slog.New(slog.DiscardHandler))
-			if err != nil {
-				t.Fatal(err)
-			}
 			s, err := sink.New(sink.Config{Brokers: c.ListenAddrs(), Linger: 50 * time.Millisecond, MaxBufferedRecords: 1000},
-				slog.New(slog.DiscardHandler), p.Ack)
+				slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			p.SetSink(s)
+			p, err := New(Config{
+				Mapping:    mapping.DefaultConfig(),
+				OnBadEvent: policy, DeadLetterTopic: "dlq",
+				MaxInflightEvents: 100, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
+			}, ck, newFakeCatalog(), s, nil, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
 
 			ev := func(id int) []byte {
 				payload := fmt.Sprintf(`{"seq": %d}`, id)

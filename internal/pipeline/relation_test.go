@@ -118,11 +118,11 @@ func TestUnmappedRowDeadLettered(t *testing.T) {
 		!strings.Contains(header(s.records[0], "error"), "OID 9") {
 		t.Fatalf("records %v", s.records)
 	}
-	p.Ack(s.records[1], nil)
+	p.ack(s.records[1], nil)
 	if p.ckpt.Confirmed() != 100 {
 		t.Fatal("confirmed before the dead-letter record was acknowledged")
 	}
-	p.Ack(s.records[0], nil)
+	p.ack(s.records[0], nil)
 	if p.ckpt.Confirmed() != 600 {
 		t.Fatalf("confirmed %s, want 600", p.ckpt.Confirmed())
 	}

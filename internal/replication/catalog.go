@@ -22,8 +22,9 @@ var ErrCatalog = errors.New("could not read the catalog")
 // ErrNoTable means the outbox table does not exist.
 var ErrNoTable = errors.New("the outbox table does not exist")
 
-// ErrNotTable means --table names a relation that is not a table.
-var ErrNotTable = errors.New("--table does not name a table")
+// ErrNotTable means the outbox table's name is a relation that is not a
+// table (a view, a sequence).
+var ErrNotTable = errors.New("the outbox is not a table")
 
 // Relation is a table by identity, with its name as the catalog has it now.
 type Relation struct {
@@ -40,9 +41,9 @@ type Table struct {
 	Unlogged    bool // relpersistence u: its rows are not in the WAL
 }
 
-// FindTable looks up the table --table names, on a normal connection. A
-// name that is not a table (a view, a sequence) is an error that says so;
-// a missing one is ErrNoTable.
+// FindTable looks up the outbox table by its configured name, on a normal
+// connection. A name that is not a table (a view, a sequence) is an *Error
+// wrapping ErrNotTable; a missing one is ErrNoTable.
 func FindTable(ctx context.Context, conn *pgx.Conn, name pgname.Name) (Table, error) {
 	return findTable(ctx, conn, name.String(), `n.nspname = $1 AND c.relname = $2`, name.Schema, name.Relation)
 }
@@ -69,7 +70,7 @@ func findTable(ctx context.Context, conn *pgx.Conn, what, where string, args ...
 	case "p":
 		t.Partitioned = true
 	default:
-		return t, fmt.Errorf("%w: %s is a %s; point --table at the outbox table", ErrNotTable, t.Name, relkindName(kind))
+		return t, &Error{Err: ErrNotTable, Table: t.Name, msg: fmt.Sprintf("%s is a %s, not a table", t.Name, relkindName(kind))}
 	}
 	t.Unlogged = persistence == "u"
 	return t, nil
@@ -96,7 +97,7 @@ func relkindName(kind string) string {
 // CatalogConfig says which table is the outbox.
 type CatalogConfig struct {
 	URL         string      // a normal connection's; the same database as the stream's
-	Table       pgname.Name // --table
+	Table       pgname.Name // the outbox table's configured name
 	Publication string      // for the advice in messages
 	// Required are the columns every outbox row has (the mapping's
 	// required columns): a table that has them all may be an outbox, so
@@ -136,9 +137,9 @@ func OpenCatalog(ctx context.Context, cfg CatalogConfig) (*Catalog, error) {
 func (c *Catalog) Outbox() Relation { return c.outbox }
 
 func (c *Catalog) connect(ctx context.Context) error {
-	conn, err := ConnectPrimary(ctx, c.cfg.URL)
+	conn, err := connect(ctx, c.cfg.URL)
 	if err != nil {
-		return fmt.Errorf("%w: connect: %w", ErrCatalog, ExplainConnect(err))
+		return fmt.Errorf("%w: connect: %w", ErrCatalog, err)
 	}
 	c.conn = conn
 	return nil
@@ -156,12 +157,12 @@ func (c *Catalog) Close() {
 type relationFacts struct {
 	exists bool
 	name   pgname.Name // now, when it exists
-	// outbox: the outbox table, the table now named --table, or a
+	// outbox: the outbox table, the table now of the configured name, or a
 	// partition (or inheritance child) of either, at any depth.
 	outbox bool
-	// ancestor: a partitioned table the outbox (or the table now named
-	// --table) is a partition of, at any depth. (An inheritance parent's
-	// rows are its own, never the outbox's.)
+	// ancestor: a partitioned table the outbox (or the table now of the
+	// configured name) is a partition of, at any depth. (An inheritance
+	// parent's rows are its own, never the outbox's.)
 	ancestor bool
 }
 
@@ -221,11 +222,11 @@ func (c *Catalog) Classify(rel *decoder.Relation) (role decoder.Role, why string
 // classify decides from the catalog's facts and the Relation message (the
 // relation's name and columns when the row was written). In order:
 //
-//   - the outbox, the table now named --table, or a partition or
+//   - the outbox, the table now of the configured name, or a partition or
 //     inheritance child of either: the outbox;
-//   - named --table when the row was written (the Relation message's name):
-//     the outbox, whatever it is called now, because the services wrote it
-//     by that name;
+//   - of the configured name when the row was written (the Relation
+//     message's name): the outbox, whatever it is called now, because the
+//     services wrote it by that name;
 //   - a table the outbox is a partition of: unmapped, because a
 //     publication that publishes it via its root sends the rows of all its
 //     partitions under its id, the outbox's among them;
@@ -247,13 +248,12 @@ func classify(rel *decoder.Relation, f relationFacts, table pgname.Name, require
 	case f.ancestor:
 		return decoder.RoleUnmapped, fmt.Sprintf("it is a partitioned table that the outbox %s is a partition of, and the publication sends its rows "+
 			"(publish_via_partition_root), so the outbox's rows cannot be told from its other partitions': "+
-			"stream the outbox through a publication of its own (CREATE PUBLICATION ... FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)) "+
-			"and point --publication at it", table, table.Quoted())
+			"stream the outbox through a publication of its own instead (CREATE PUBLICATION ... FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true))",
+			table, table.Quoted())
 	case !f.exists:
 		return decoder.RoleUnmapped, fmt.Sprintf("it no longer exists, so whether it was a partition of the outbox cannot be told: with "+
 			"publish_via_partition_root off, a partition's rows arrive under the partition, and this one was dropped before its rows were streamed. "+
-			"Run ALTER PUBLICATION %s SET (publish_via_partition_root = true) so partitions' rows arrive as the outbox's; "+
-			"to get past this row, run once with --on-bad-event=dead-letter", pub)
+			"Run ALTER PUBLICATION %s SET (publish_via_partition_root = true) so partitions' rows arrive as the outbox's", pub)
 	case hasColumns(rel, required):
 		return decoder.RoleUnmapped, fmt.Sprintf("it has the outbox's columns but is not the outbox %s nor one of its partitions (now %s): "+
 			"either a partition detached before its rows were streamed (attach it again and restart; detach partitions only once their rows are streamed, "+
@@ -304,8 +304,8 @@ func (c Coverage) Problem() string {
 	var p []string
 	if c.Captured != nil {
 		p = append(p, fmt.Sprintf("publication %q publishes %s, a partitioned table the outbox %s is a partition of, with publish_via_partition_root: "+
-			"the outbox's inserts arrive as %s's and cannot be told from its other partitions'. Stream the outbox through a publication of its own "+
-			"(CREATE PUBLICATION ... FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)) and point --publication at it",
+			"the outbox's inserts arrive as %s's and cannot be told from its other partitions'. Stream the outbox through a publication of its own instead "+
+			"(CREATE PUBLICATION ... FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true))",
 			c.Publication, c.Captured.Name, c.Outbox.Name, c.Captured.Name, c.Outbox.Name.Quoted()))
 	}
 	for _, r := range c.Unlogged {
@@ -353,8 +353,8 @@ func describe(rels []Relation, noun string) string {
 // CheckPublication says what the publication misses of the outbox, in one
 // line with the fix, or "" when it misses nothing. The outbox is the table
 // found at start, by identity (renamed or moved, it is still in the
-// publication), and also the table that holds --table's name now, if that
-// is another one: the services write by name, so a table dropped and
+// publication), and also the table that holds the configured name now, if
+// that is another one: the services write by name, so a table dropped and
 // created again, which leaves the publication, is the outbox now.
 func CheckPublication(ctx context.Context, conn *pgx.Conn, publication string, outbox Relation, name pgname.Name) (string, error) {
 	var problems []string

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,73 +9,269 @@ import (
 	"net"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 )
 
-// ErrSlotInUse means another process streams from the slot: this instance
-// is a hot standby and waits.
-var ErrSlotInUse = errors.New("replication slot is in use by another process")
+// The conditions of streaming that are not met, as the Err of an *Error.
+// Callers branch on them with errors.Is.
+var (
+	// ErrSlotInUse means another process streams from the slot: this
+	// instance is a hot standby and waits.
+	ErrSlotInUse = errors.New("replication slot is in use by another process")
 
-// ErrWALLost means PostgreSQL removed WAL the slot still needed
-// (wal_status lost, the slot invalidated): the slot can never stream the
-// changes in it. Streaming stops for good; only a person can decide to
-// recreate the slot, since that skips those changes.
-var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
+	// ErrWALLost means PostgreSQL removed WAL the slot still needed
+	// (wal_status lost, the slot invalidated): the slot can never stream the
+	// changes in it. Streaming stops for good; only a person can decide to
+	// recreate the slot, since that skips those changes.
+	ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
 
-// ErrSlotGone means the replication slot does not exist where cdc-outbox
-// streams: dropped while it ran, or not carried over to a standby that was
-// promoted. A new slot would skip what was committed in between, so only a
-// person may decide to create one (--recreate-slot).
-var ErrSlotGone = errors.New("the replication slot is gone")
+	// ErrServerSilent means the replication connection was given up because
+	// the server sent nothing, not even an answer to a requested reply, for
+	// the receive timeout: the network or the server hangs. Streaming
+	// resumes on a new connection.
+	ErrServerSilent = errors.New("PostgreSQL stopped answering on the replication connection")
 
-// ErrServerSilent means the replication connection was given up because the
-// server sent nothing, not even an answer to a requested reply, for the
-// receive timeout: the network or the server hangs. Streaming resumes on a
-// new connection.
-var ErrServerSilent = errors.New("PostgreSQL stopped answering on the replication connection")
+	// ErrSlotForgotten means the slot is missing although cdc-outbox
+	// created it before (the publication's comment remembers it): creating
+	// it again would skip every change since it was dropped.
+	ErrSlotForgotten = errors.New("replication slot existed and is gone")
 
-// SQLSTATE codes the streamer decides on.
-const (
-	codeObjectInUse        = "55006" // replication slot is active for PID ...
-	codeUndefinedObject    = "42704" // slot or publication does not exist
-	codeInvalidPassword    = "28P01"
-	codeInvalidAuthSpec    = "28000"
-	codeInsufficientPriv   = "42501"
-	codeInvalidCatalogName = "3D000" // database does not exist
-	codeObjectNotInState   = "55000" // e.g. the slot can no longer get changes (WAL removed)
-	codeFeatureNotSupport  = "0A000"
-	codeUndefinedFile      = "58P01" // requested WAL segment has already been removed
+	// ErrSlotGone means the replication slot does not exist where
+	// cdc-outbox streams: dropped while it ran, or not carried over to a
+	// standby that was promoted (Error.AfterFailover). A new slot would skip
+	// what was committed in between, so only a person may decide to create
+	// one.
+	ErrSlotGone = errors.New("the replication slot is gone")
+
+	// ErrSlotPlugin means the slot uses another output plugin than
+	// pgoutput: it cannot be the streamer's.
+	ErrSlotPlugin = errors.New("replication slot uses another output plugin")
+
+	// ErrSlotDatabase means the slot belongs to another database than the
+	// one connected to.
+	ErrSlotDatabase = errors.New("replication slot belongs to another database")
+
+	// ErrNoPublication means the publication does not exist (and may not
+	// be created).
+	ErrNoPublication = errors.New("the publication does not exist")
+
+	// ErrPublicationGone means the publication did not exist at a point of
+	// the WAL being decoded: it was dropped while the slot still had
+	// changes to stream, which the server cannot stream past.
+	ErrPublicationGone = errors.New("the publication does not exist at this point of the WAL")
+
+	// ErrNotPublished means the publication does not publish every insert
+	// into the outbox (Coverage).
+	ErrNotPublished = errors.New("the publication does not publish the whole outbox")
 )
 
-// sqlState returns the SQLSTATE of a server error, or "".
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
+// Error is a condition of streaming that is not met, with the facts that
+// name it. Err is one of the Err* sentinels; the other fields are set where
+// they matter to it. Its text is the facts alone: what to do about them is
+// the caller's to say.
+type Error struct {
+	Err         error
+	Slot        string
+	Publication string
+	Table       pgname.Name
+	// Confirmed is the last position confirmed through the slot: changes
+	// after it are the ones at stake.
+	Confirmed pglogrepl.LSN
+	// Reason is why PostgreSQL invalidated the slot (SlotInfo.Reason), for
+	// ErrWALLost.
+	Reason string
+	// Statement is the SQL that would create what is missing (ErrNoPublication).
+	Statement string
+	// Coverage is what the publication publishes of the outbox, for
+	// ErrNotPublished.
+	Coverage *Coverage
+	// AfterFailover: the condition arose on a primary that was promoted
+	// since the stream began (ErrSlotGone).
+	AfterFailover bool
+	// Cause is the server's error, when there was one.
+	Cause error
+
+	msg string
 }
 
-// walLost reports whether a server error says the slot's WAL is gone: the
-// slot was invalidated (START_REPLICATION: "cannot read from logical
-// replication slot", the SQL functions: "can no longer get changes from
-// replication slot", both with the detail "This slot has been invalidated
-// because it exceeded the maximum reserved size"), or a WAL segment it
-// needs was removed. Other errors of the same SQLSTATE (a slot of another
-// database, wal_level too low) are not this.
-func walLost(err error) bool {
+func (e *Error) Error() string {
+	if e.Err != ErrWALLost || e.Cause == nil {
+		return e.msg // which quotes the server where it matters
+	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
+	if errors.As(e.Cause, &pgErr) && pgErr.Detail != "" {
+		// The detail says why the slot was invalidated; the error alone
+		// does not.
+		return fmt.Sprintf("%s (PostgreSQL said: %v; %s)", e.msg, e.Cause, pgErr.Detail)
+	}
+	return fmt.Sprintf("%s (PostgreSQL said: %v)", e.msg, e.Cause)
+}
+
+// Unwrap returns the sentinel and the server's error.
+func (e *Error) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Cause}
+}
+
+// Cause is what an error from PostgreSQL means to the streamer. CauseOf
+// decides it by the error's SQLSTATE; the server's message text, which
+// lc_messages translates, is read only where PostgreSQL gives several
+// causes one code.
+type Cause int
+
+// The causes CauseOf tells apart.
+const (
+	// CauseNetwork: no SQLSTATE at all: a network error, EOF, a timeout.
+	// Reconnecting heals it.
+	CauseNetwork Cause = iota
+	// CauseServer: a server error none of the others; the server restarting
+	// (57P01 admin_shutdown), a recovery conflict. Reconnecting may heal it.
+	CauseServer
+	// CauseSlotInUse (55006 object_in_use): another process streams from
+	// the slot. A hot standby waits for it.
+	CauseSlotInUse
+	// CauseSlotMissing (42704 undefined_object, about a replication slot).
+	CauseSlotMissing
+	// CausePublicationMissing (42704 undefined_object, about a publication).
+	CausePublicationMissing
+	// CauseUndefinedObject (42704) about anything else.
+	CauseUndefinedObject
+	// CauseWALLost: the slot can never stream the changes it holds: it was
+	// invalidated (55000 object_not_in_prerequisite_state, saying it can no
+	// longer get changes or was invalidated), or a WAL segment it needs was
+	// removed (58P01 undefined_file).
+	CauseWALLost
+	// CausePrerequisite (55000) otherwise: a slot of another database,
+	// wal_level too low.
+	CausePrerequisite
+	// CauseFileMissing (58P01) otherwise.
+	CauseFileMissing
+	// CausePassword (28P01 invalid_password): the password was refused.
+	CausePassword
+	// CausePgHBA (28000 invalid_authorization_specification, from
+	// pg_hba.conf): no rule lets the role connect this way.
+	CausePgHBA
+	// CauseAuthorization (28000) otherwise: the role does not exist, or may
+	// not log in.
+	CauseAuthorization
+	// CausePrivilege (42501 insufficient_privilege).
+	CausePrivilege
+	// CauseNoDatabase (3D000 invalid_catalog_name): the database does not
+	// exist.
+	CauseNoDatabase
+	// CauseUnsupported (0A000 feature_not_supported).
+	CauseUnsupported
+
+	// The server's TLS certificate did not verify: not issued for the host
+	// connected to, not signed by a trusted CA, refused (expired, not yet
+	// valid, not for a server), or otherwise. Retried as a network error
+	// would be; Prepare, which connects first, reports it at start.
+	CauseTLSHostname
+	CauseTLSUnknownCA
+	CauseTLSCertificate
+	CauseTLSVerify
+)
+
+// CauseOf says what err, an error of a connection to PostgreSQL (wrapped
+// or not), means. It is the one place that reads SQLSTATEs.
+func CauseOf(err error) Cause {
+	var (
+		host      x509.HostnameError
+		authority x509.UnknownAuthorityError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		pgErr     *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &host):
+		return CauseTLSHostname
+	case errors.As(err, &authority):
+		return CauseTLSUnknownCA
+	case errors.As(err, &invalid):
+		return CauseTLSCertificate
+	case errors.As(err, &verify):
+		return CauseTLSVerify
+	case !errors.As(err, &pgErr):
+		return CauseNetwork
 	}
 	switch pgErr.Code {
-	case codeUndefinedFile:
-		return strings.Contains(pgErr.Message, "has already been removed")
-	case codeObjectNotInState:
-		return strings.Contains(pgErr.Message, "can no longer get changes") || strings.Contains(pgErr.Detail, "invalidated")
+	case pgerrcode.ObjectInUse:
+		return CauseSlotInUse
+	case pgerrcode.UndefinedObject:
+		// One code for a missing slot and a missing publication; the
+		// English text tells them apart (START_REPLICATION names the slot:
+		// `replication slot "x" does not exist`; pgoutput the publication:
+		// `publication "x" does not exist`).
+		switch {
+		case strings.Contains(pgErr.Message, "replication slot"):
+			return CauseSlotMissing
+		case strings.Contains(pgErr.Message, "publication"):
+			return CausePublicationMissing
+		}
+		return CauseUndefinedObject
+	case pgerrcode.ObjectNotInPrerequisiteState:
+		// One code for many unmet prerequisites. An invalidated slot says
+		// "cannot read from logical replication slot" (START_REPLICATION)
+		// or "can no longer get changes from replication slot" (the SQL
+		// functions), with the detail "This slot has been invalidated
+		// because ...". Callers that can read the slot's row ask it
+		// instead (Stream.explain), in any language.
+		if strings.Contains(pgErr.Message, "can no longer get changes") || strings.Contains(pgErr.Detail, "invalidated") {
+			return CauseWALLost
+		}
+		return CausePrerequisite
+	case pgerrcode.UndefinedFile:
+		// "requested WAL segment ... has already been removed"
+		if strings.Contains(pgErr.Message, "has already been removed") {
+			return CauseWALLost
+		}
+		return CauseFileMissing
+	case pgerrcode.InvalidPassword:
+		return CausePassword
+	case pgerrcode.InvalidAuthorizationSpecification:
+		// One code for a pg_hba.conf rejection and for a role that does
+		// not exist or may not log in; only the first names the file.
+		if strings.Contains(pgErr.Message, "pg_hba.conf") {
+			return CausePgHBA
+		}
+		return CauseAuthorization
+	case pgerrcode.InsufficientPrivilege:
+		return CausePrivilege
+	case pgerrcode.InvalidCatalogName:
+		return CauseNoDatabase
+	case pgerrcode.FeatureNotSupported:
+		return CauseUnsupported
+	}
+	return CauseServer
+}
+
+// Retryable reports whether streaming may resume after an error of this
+// cause by reconnecting. Network failures and server restarts are
+// retryable, and so is a slot in use (a hot standby waits); errors that a
+// new connection would only repeat (a missing slot or publication, lost
+// WAL, authentication, permissions) are not: they need a person, and
+// retrying them forever would hide the outage.
+func (c Cause) Retryable() bool {
+	switch c {
+	case CauseNetwork, CauseServer, CauseSlotInUse, CauseTLSHostname, CauseTLSUnknownCA, CauseTLSCertificate, CauseTLSVerify:
+		return true
 	}
 	return false
+}
+
+// publicationSkipped reports whether a notice is PostgreSQL 18's warning
+// that pgoutput skipped publication (55000, `skipped loading publication
+// "x"`): told by its SQLSTATE and the publication's quoted name, which
+// translations of the message keep.
+func publicationSkipped(n *pgconn.PgError, publication string) bool {
+	return n.Code == pgerrcode.ObjectNotInPrerequisiteState && strings.Contains(n.Message, `"`+publication+`"`)
 }
 
 // reasonConflict is SlotInfo.Reason for a slot that PostgreSQL 16 reports
@@ -107,10 +304,10 @@ func Invalidation(reason string) (what, prevent string) {
 }
 
 // walLostError is ErrWALLost for slot, with why (the invalidation reason, as
-// SlotInfo.Reason gives it), what it costs and how to recover; cause is the
-// server's error, if there was one.
+// SlotInfo.Reason gives it) and what it costs; cause is the server's error,
+// if there was one.
 func walLostError(slot string, confirmed pglogrepl.LSN, reason string, cause error) error {
-	what, prevent := Invalidation(reason)
+	what, _ := Invalidation(reason)
 	switch reason {
 	case "":
 	case reasonConflict:
@@ -118,82 +315,29 @@ func walLostError(slot string, confirmed pglogrepl.LSN, reason string, cause err
 	default:
 		what += " (invalidation_reason " + reason + ")"
 	}
-	err := fmt.Errorf("replication slot %q: %w. %s. Outbox events committed after %s (the last confirmed position) "+
-		"have not reached Kafka and never will through this slot: they are skipped, not delayed, so cdc-outbox stops instead of going on without them. "+
-		"To recover: start once with --recreate-slot, which drops this slot and creates a new one that streams only what commits from then on, "+
-		"then re-publish the outbox rows committed after that position from the table: cdc-outbox republish --after-id <the last id up to which Kafka has every event> "+
-		"(or --since <a time before it>); consumers skip the repeats by event id; "+
-		"to prevent it, %s",
-		slot, ErrWALLost, what, confirmed, prevent)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(cause, &pgErr) && pgErr.Detail != "":
-		// The detail says why the slot was invalidated; the error alone
-		// does not.
-		err = fmt.Errorf("%w (PostgreSQL said: %w; %s)", err, cause, pgErr.Detail)
-	case cause != nil:
-		err = fmt.Errorf("%w (PostgreSQL said: %w)", err, cause)
-	}
-	return err
+	return &Error{Err: ErrWALLost, Slot: slot, Confirmed: confirmed, Reason: reason, Cause: cause,
+		msg: fmt.Sprintf("replication slot %q: %v. %s. Outbox events committed after %s (the last confirmed position) "+
+			"have not reached Kafka and never will through this slot: they are skipped, not delayed, so cdc-outbox stops instead of going on without them",
+			slot, ErrWALLost, what, confirmed)}
 }
 
-// ExplainConnect adds what to check to an error from connecting to
-// PostgreSQL, for the causes a person has to fix: a server certificate that
-// does not verify, a refused password, a pg_hba.conf rule. Other errors are
-// returned as they are. It never adds the password, and the errors it
-// wraps (pgconn's) name only the user and database.
-func ExplainConnect(err error) error {
-	var host x509.HostnameError
-	var authority x509.UnknownAuthorityError
-	var invalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &host):
-		return fmt.Errorf("%w: the server's TLS certificate is not issued for the host in --postgres-url: connect by a name or IP address "+
-			"that the certificate lists (sslmode=verify-full checks it), or reissue the certificate with that name", err)
-	case errors.As(err, &authority):
-		return fmt.Errorf("%w: the server's TLS certificate is not signed by a CA that cdc-outbox trusts: point sslrootcert in --postgres-url "+
-			"(or PGSSLROOTCERT) at the CA certificate that signed the server's", err)
-	case errors.As(err, &invalid):
-		return fmt.Errorf("%w: the server's TLS certificate was refused (expired, not yet valid, or not for a server): renew it on the server", err)
-	case errors.As(err, &verify):
-		return fmt.Errorf("%w: the server's TLS certificate did not verify: check sslrootcert in --postgres-url and the server's certificate", err)
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return err
-	}
-	switch {
-	case pgErr.Code == codeInvalidPassword:
-		return fmt.Errorf("%w: check the password (in --postgres-url, PGPASSWORD or ~/.pgpass) and that the role has one set "+
-			"(ALTER ROLE ... PASSWORD, or sql/role.sql)", err)
-	case pgErr.Code == codeInvalidAuthSpec && strings.Contains(pgErr.Message, "pg_hba.conf"):
-		return fmt.Errorf("%w: the server's pg_hba.conf does not let this role connect this way: for cdc-outbox, allow the role on the outbox's "+
-			"database (a logical replication connection matches the database name), over TLS with scram-sha-256 (hostssl), "+
-			"and connect with sslmode=verify-full", err)
-	}
-	return err
-}
+// ConnectError is a failure to connect to PostgreSQL. CauseOf says why:
+// a certificate that did not verify, a refused password, a pg_hba.conf
+// rule, or the network. Its text is pgconn's, which names the user and the
+// database, never the password.
+type ConnectError struct{ Err error }
 
-// slotInUse reports whether err says another backend holds the slot.
-func slotInUse(err error) bool { return sqlState(err) == codeObjectInUse }
+func (e *ConnectError) Error() string { return e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
 
-// retryable reports whether streaming may resume after err by reconnecting.
-// Network failures and server restarts are retryable; errors that a new
-// connection would only repeat (a missing slot or publication, lost WAL,
-// authentication, permissions) are not: they need a person, and retrying
-// them forever would hide the outage.
-func retryable(err error) bool {
-	switch sqlState(err) {
-	case "":
-		return true // network errors, EOF, timeouts
-	case codeUndefinedObject, codeInvalidPassword, codeInvalidAuthSpec, codeInsufficientPriv,
-		codeInvalidCatalogName, codeObjectNotInState, codeFeatureNotSupport, codeUndefinedFile:
-		return false
+// connect opens a normal (not a replication) connection to url's primary
+// (ConnectPrimary).
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	conn, err := ConnectPrimary(ctx, url)
+	if err != nil {
+		return nil, &ConnectError{Err: err}
 	}
-	return true
+	return conn, nil
 }
 
 // isTimeout reports whether err is the read deadline the stream loop sets

@@ -71,8 +71,8 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 		s.server = now
 		return nil
 	case now.systemID != was.systemID:
-		return fatal{fmt.Errorf("%w: %s has system identifier %s, and cdc-outbox streamed from %s with %s before: it is not a standby of that server, "+
-			"so it cannot continue the stream; check --postgres-url", ErrOtherCluster, now.addr, now.systemID, was.addr, was.systemID)}
+		return fatal{&Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: %s has system identifier %s, and cdc-outbox streamed from %s with %s before: "+
+			"it is not a standby of that server, so it cannot continue the stream", ErrOtherCluster, now.addr, now.systemID, was.addr, was.systemID)}}
 	case now.timeline == was.timeline:
 		s.server = now
 		return nil
@@ -83,8 +83,8 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	fork, ok := switchpoint(h.Content, was.timeline)
 	if !ok {
-		return fatal{fmt.Errorf("%w: the history of timeline %d on %s does not contain timeline %d, which cdc-outbox streamed from on %s; "+
-			"check --postgres-url", ErrOtherCluster, now.timeline, now.addr, was.timeline, was.addr)}
+		return fatal{&Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: the history of timeline %d on %s does not contain timeline %d, which cdc-outbox streamed from on %s",
+			ErrOtherCluster, now.timeline, now.addr, was.timeline, was.addr)}}
 	}
 	f := &failover{from: was, to: now, fork: fork}
 	if confirmed := s.pos.Confirmed(); confirmed > fork {
@@ -119,16 +119,15 @@ func switchpoint(history []byte, tli int32) (pglogrepl.LSN, bool) {
 	return 0, false
 }
 
-// slotGoneAfterFailover explains a slot missing on the new primary.
+// slotGoneAfterFailover is a slot missing on the new primary.
 func (s *Stream) slotGoneAfterFailover(cause error) error {
 	f := s.failover
-	return fmt.Errorf("%w: PostgreSQL failed over from %s (timeline %d) to %s (timeline %d), and replication slot %q does not exist on the new primary: "+
-		"it was not synchronized to the standby before the promotion. PostgreSQL 17 and newer synchronize failover slots only "+
-		"(--slot-failover, the default) to a standby with sync_replication_slots = on, hot_standby_feedback = on and a primary_slot_name, "+
-		"once the standby has caught up with the slot; PostgreSQL 14 to 16 keep no logical slot across a failover. "+
-		"cdc-outbox does not create a new slot here: it would stream only what commits from then on and skip what was committed after "+
-		"the last confirmed position %s. To recover: start cdc-outbox once with --recreate-slot (a new slot, streaming from its creation on), "+
-		"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); "+
-		"consumers skip the repeats by event id. See High availability in the README (PostgreSQL said: %w)",
-		ErrSlotGone, f.from.addr, f.from.timeline, f.to.addr, f.to.timeline, s.cfg.Slot, s.pos.Confirmed(), cause)
+	return &Error{Err: ErrSlotGone, AfterFailover: true, Slot: s.cfg.Slot, Confirmed: s.pos.Confirmed(), Cause: cause,
+		msg: fmt.Sprintf("%v: PostgreSQL failed over from %s (timeline %d) to %s (timeline %d), and replication slot %q does not exist on the new primary: "+
+			"it was not synchronized to the standby before the promotion. PostgreSQL 17 and newer synchronize failover slots only "+
+			"to a standby with sync_replication_slots = on, hot_standby_feedback = on and a primary_slot_name, "+
+			"once the standby has caught up with the slot; PostgreSQL 14 to 16 keep no logical slot across a failover. "+
+			"cdc-outbox does not create a new slot here: it would stream only what commits from then on and skip what was committed after "+
+			"the last confirmed position %s (PostgreSQL said: %v)",
+			ErrSlotGone, f.from.addr, f.from.timeline, f.to.addr, f.to.timeline, s.cfg.Slot, s.pos.Confirmed(), cause)}
 }

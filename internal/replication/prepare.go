@@ -34,23 +34,52 @@ type Setup struct {
 // failoverMajor is the first PostgreSQL major with failover slots.
 const failoverMajor = 17
 
+// Prepared is what Prepare found and did.
+type Prepared struct {
+	// Start is the slot's confirmed position: where streaming starts.
+	Start pglogrepl.LSN
+	// Slot says what became of the slot.
+	Slot SlotAction
+	// DroppedLost: the slot had lost its WAL and was dropped, as
+	// Setup.RecreateSlot allows, before it was created again: the changes
+	// after LostConfirmed, its last confirmed position, and before the new
+	// slot are not streamed.
+	DroppedLost   bool
+	LostConfirmed pglogrepl.LSN
+}
+
+// SlotAction is what Prepare did with the slot.
+type SlotAction int
+
+const (
+	// SlotFound: the slot existed; streaming resumes from it.
+	SlotFound SlotAction = iota
+	// SlotCreated: the slot did not exist and was created; it streams what
+	// commits from its creation on.
+	SlotCreated
+	// SlotRecreated: the slot existed before and was gone (the publication
+	// remembers it), and was created again as Setup.RecreateSlot allows:
+	// the changes in between are not streamed.
+	SlotRecreated
+)
+
 // Prepare checks, on a normal connection to url, everything streaming needs,
-// creates the publication and slot when missing and allowed, and returns the
-// slot's confirmed position: where streaming starts. Each failed check is one
-// error line that says how to fix it.
-func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
-	conn, err := ConnectPrimary(ctx, url)
+// creates the publication and slot when missing and allowed, and returns
+// where streaming starts and what it did to the slot. Each failed check is
+// one error line, an *Error for a condition a person must change.
+func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepared, error) {
+	conn, err := connect(ctx, url)
 	if err != nil {
-		return 0, fmt.Errorf("connect to PostgreSQL: %w", ExplainConnect(err))
+		return Prepared{}, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer conn.Close(context.Background())
 
 	var walLevel string
 	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
-		return 0, fmt.Errorf("read wal_level: %w", err)
+		return Prepared{}, fmt.Errorf("read wal_level: %w", err)
 	}
 	if walLevel != "logical" {
-		return 0, fmt.Errorf("wal_level is %q, logical decoding needs logical: run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL", walLevel)
+		return Prepared{}, fmt.Errorf("wal_level is %q, logical decoding needs logical: run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL", walLevel)
 	}
 
 	var user string
@@ -58,27 +87,26 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (pglogr
 	err = conn.QueryRow(ctx, `SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).
 		Scan(&user, &canReplicate)
 	if err != nil {
-		return 0, fmt.Errorf("read role attributes: %w", err)
+		return Prepared{}, fmt.Errorf("read role attributes: %w", err)
 	}
 	if !canReplicate {
-		return 0, fmt.Errorf("role %q lacks the REPLICATION attribute: run ALTER ROLE %s WITH REPLICATION", user, pgx.Identifier{user}.Sanitize())
+		return Prepared{}, fmt.Errorf("role %q lacks the REPLICATION attribute: run ALTER ROLE %s WITH REPLICATION", user, pgx.Identifier{user}.Sanitize())
 	}
 
 	t, err := FindTable(ctx, conn, s.Table)
 	if errors.Is(err, ErrNoTable) {
-		return 0, fmt.Errorf("table %s does not exist: create it (sql/publication.sql has the default) or point --table at yours "+
-			"(quote a name that has capitals, dots or spaces: --table '\"Billing\".\"Outbox Events\"')", s.Table)
+		return Prepared{}, &Error{Err: ErrNoTable, Table: s.Table, msg: fmt.Sprintf("table %s does not exist", s.Table)}
 	}
 	if err != nil {
-		return 0, err
+		return Prepared{}, err
 	}
 	if t.Unlogged {
-		return 0, fmt.Errorf("table %s is UNLOGGED: its rows are not written to the WAL, so they cannot be streamed; run ALTER TABLE %s SET LOGGED",
+		return Prepared{}, fmt.Errorf("table %s is UNLOGGED: its rows are not written to the WAL, so they cannot be streamed; run ALTER TABLE %s SET LOGGED",
 			t.Name, t.Name.Quoted())
 	}
 
 	if err := preparePublication(ctx, conn, s, t, log); err != nil {
-		return 0, err
+		return Prepared{}, err
 	}
 	return prepareSlot(ctx, conn, url, s, log)
 }
@@ -102,21 +130,21 @@ func createPublication(publication string, t Table) string {
 func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, log *slog.Logger) error {
 	pub := pgname.Quote(s.Publication)
 	create := createPublication(s.Publication, t)
-	var inserts bool
-	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, s.Publication).Scan(&inserts)
+	p, err := readPublication(ctx, conn, s.Publication, false)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows) && s.CreatePublication:
+	case err != nil:
+		return err
+	case !p.Exists && s.CreatePublication:
 		if _, err := conn.Exec(ctx, create); err != nil {
 			return fmt.Errorf("create publication %s: %w", s.Publication, err)
 		}
 		log.Info("created publication", "publication", s.Publication, "table", t.Name.String(), "partitioned", t.Partitioned)
 		return nil
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("publication %q does not exist: run %s, or start with --create-publication", s.Publication, create)
-	case err != nil:
-		return fmt.Errorf("look up publication %s: %w", s.Publication, err)
+	case !p.Exists:
+		return &Error{Err: ErrNoPublication, Publication: s.Publication, Table: t.Name, Statement: create,
+			msg: fmt.Sprintf("publication %q does not exist", s.Publication)}
 	}
-	if !inserts {
+	if !p.Inserts {
 		return fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", s.Publication, pub)
 	}
 	cov, err := Cover(ctx, conn, s.Publication, t)
@@ -124,7 +152,7 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, l
 		return err
 	}
 	if !cov.Complete() {
-		return errors.New(cov.Problem())
+		return &Error{Err: ErrNotPublished, Publication: s.Publication, Table: t.Name, Coverage: &cov, msg: cov.Problem()}
 	}
 	if t.Partitioned && !cov.ViaRoot {
 		// Still streamed: each partition is looked up and mapped to the
@@ -139,11 +167,11 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, l
 	return nil
 }
 
-func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *slog.Logger) (pglogrepl.LSN, error) {
+func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *slog.Logger) (Prepared, error) {
 	major := serverMajor(conn.PgConn().ParameterStatus("server_version"))
 	if s.Failover && major < failoverMajor {
 		log.Info("failover slots need PostgreSQL 17 or newer: on this server the slot lives on the primary only, and a failover to a standby loses it "+
-			"(cdc-outbox then stops and says how to recover with cdc-outbox republish; see High availability in the README)", "server_major", major)
+			"(cdc-outbox then stops and says how to recover; see High availability in the README)", "server_major", major)
 	}
 	var plugin, database string
 	var confirmed pglogrepl.LSN
@@ -159,39 +187,42 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *
 	case errors.Is(err, pgx.ErrNoRows) && s.CreateSlot:
 		return createSlot(ctx, conn, s, major, log)
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, fmt.Errorf("replication slot %q does not exist: start with --create-slot, or run SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", s.Slot, s.Slot)
+		return Prepared{}, &Error{Err: ErrSlotMissing, Slot: s.Slot, msg: fmt.Sprintf("replication slot %q does not exist", s.Slot)}
 	case err != nil:
-		return 0, fmt.Errorf("look up replication slot %s: %w", s.Slot, err)
+		return Prepared{}, fmt.Errorf("look up replication slot %s: %w", s.Slot, err)
 	}
 	if plugin != "pgoutput" {
-		return 0, fmt.Errorf("replication slot %q uses plugin %q, not pgoutput: choose another --slot, or drop that slot if nothing else uses it", s.Slot, plugin)
+		return Prepared{}, &Error{Err: ErrSlotPlugin, Slot: s.Slot, msg: fmt.Sprintf("replication slot %q uses plugin %q, not pgoutput", s.Slot, plugin)}
 	}
 	if database != current {
-		return 0, fmt.Errorf("replication slot %q belongs to database %q, not %q: connect to that database or choose another --slot", s.Slot, database, current)
+		return Prepared{}, &Error{Err: ErrSlotDatabase, Slot: s.Slot, msg: fmt.Sprintf("replication slot %q belongs to database %q, not %q", s.Slot, database, current)}
 	}
 	if state.Invalidated() {
 		if !s.RecreateSlot {
-			return 0, walLostError(s.Slot, confirmed, state.Reason(), nil)
+			return Prepared{}, walLostError(s.Slot, confirmed, state.Reason(), nil)
 		}
 		// Asked for by name: the events after confirmed are given up on.
 		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.Slot); err != nil {
-			return 0, fmt.Errorf("drop replication slot %s, which lost its WAL (--recreate-slot): %w", s.Slot, err)
+			return Prepared{}, fmt.Errorf("drop replication slot %s, which lost its WAL (as asked): %w", s.Slot, err)
 		}
-		log.Warn("dropped the replication slot that lost its WAL (--recreate-slot): outbox events committed after its last confirmed position "+
-			"and before the new slot are not streamed", "slot", s.Slot, "confirmed_lsn", confirmed)
-		return createSlot(ctx, conn, s, major, log)
+		p, err := createSlot(ctx, conn, s, major, log)
+		if err != nil {
+			return p, fmt.Errorf("dropped replication slot %s, which lost its WAL (confirmed up to %s), as asked; then: %w", s.Slot, confirmed, err)
+		}
+		p.DroppedLost, p.LostConfirmed = true, confirmed
+		return p, nil
 	}
 	if s.Failover && major >= failoverMajor && !failover {
 		failoverSlot(ctx, url, s.Slot, log)
 	}
-	return confirmed, nil
+	return Prepared{Start: confirmed, Slot: SlotFound}, nil
 }
 
 // failoverSlot switches an existing slot to a failover slot
 // (ALTER_REPLICATION_SLOT, PostgreSQL 17+, on a replication connection):
-// one made before --slot-failover, by hand, or by an older cdc-outbox.
-// --slot-failover asks for a slot that survives a failover, and the switch
-// costs nothing and loses nothing. It fails while another process streams
+// one made before Setup.Failover was asked for, by hand, or by an older
+// cdc-outbox. Setup.Failover asks for a slot that survives a failover, and
+// the switch costs nothing and loses nothing. It fails while another process streams
 // from the slot (a hot standby instance starting beside the active one);
 // that is no reason not to start, so it is a warning, and the next start
 // tries again.
@@ -204,10 +235,11 @@ func failoverSlot(ctx context.Context, url, slot string, log *slog.Logger) {
 		cfg.RuntimeParams["replication"] = "database"
 		conn, err := pgconn.ConnectConfig(ctx, cfg)
 		if err != nil {
-			return ExplainConnect(err)
+			return &ConnectError{Err: err}
 		}
 		defer conn.Close(context.Background())
-		// Slot names are [a-z0-9_] (checked with the flags): no quoting.
+		// Slot names are [a-z0-9_] (checked with the configuration): no
+		// quoting.
 		_, err = conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+slot+" ( FAILOVER true )").ReadAll()
 		return err
 	}()
@@ -223,38 +255,36 @@ func failoverSlot(ctx context.Context, url, slot string, log *slog.Logger) {
 // slotMarker is how cdc-outbox remembers, in the publication's comment,
 // which slots it created. A slot that is missing but remembered was dropped
 // (or lost) after streaming: creating it again would silently skip every
-// change since, so that takes --recreate-slot.
+// change since, so that takes Setup.RecreateSlot.
 const slotMarker = "cdc-outbox created replication slots:"
 
-func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *slog.Logger) (pglogrepl.LSN, error) {
+func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *slog.Logger) (Prepared, error) {
 	var comment string
 	err := conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`,
 		s.Publication).Scan(&comment)
 	if err != nil {
-		return 0, fmt.Errorf("read the comment of publication %s: %w", s.Publication, err)
+		return Prepared{}, fmt.Errorf("read the comment of publication %s: %w", s.Publication, err)
 	}
 	remembered := strings.Contains(comment, " "+s.Slot+" (")
 	if remembered && !s.RecreateSlot {
-		return 0, fmt.Errorf("replication slot %q existed (cdc-outbox created it; the publication's comment says %q) and is gone: "+
-			"creating it again would skip every change committed since it was dropped. Start once with --recreate-slot (a new slot, streaming from "+
-			"its creation on), then re-publish the outbox rows committed since the old one stopped from the table with cdc-outbox republish "+
-			"--after-id <the last id up to which Kafka has every event> (or --since <time>)", s.Slot, comment)
+		return Prepared{}, &Error{Err: ErrSlotForgotten, Slot: s.Slot, Publication: s.Publication,
+			msg: fmt.Sprintf("replication slot %q existed (cdc-outbox created it; the publication's comment says %q) and is gone: "+
+				"creating it again would skip every change committed since it was dropped", s.Slot, comment)}
 	}
 	lsn, err := createSlotWatched(ctx, conn, s.Slot, s.Failover && major >= failoverMajor, log)
 	if err != nil && ctx.Err() != nil {
-		return 0, fmt.Errorf("create replication slot %s: gave up waiting for the transactions that were running in the cluster to end "+
+		return Prepared{}, fmt.Errorf("create replication slot %s: gave up waiting for the transactions that were running in the cluster to end "+
 			"(the log names them: end them, then start again): %w", s.Slot, err)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("create replication slot %s: %w", s.Slot, err)
+		return Prepared{}, fmt.Errorf("create replication slot %s: %w", s.Slot, err)
 	}
 	start, err := pglogrepl.ParseLSN(lsn)
 	if err != nil {
-		return 0, err
+		return Prepared{}, err
 	}
 	if remembered {
-		log.Warn("re-created the replication slot (--recreate-slot): changes committed before it are not streamed", "slot", s.Slot, "lsn", start)
-		return start, nil
+		return Prepared{Start: start, Slot: SlotRecreated}, nil
 	}
 	log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start, "failover", s.Failover && major >= failoverMajor)
 	if !strings.HasPrefix(comment, slotMarker) {
@@ -268,7 +298,7 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *sl
 		log.Warn("could not remember the slot in the publication's comment; if the slot is ever dropped, the next start creates a new one without asking",
 			"publication", s.Publication, "error", err)
 	}
-	return start, nil
+	return Prepared{Start: start, Slot: SlotCreated}, nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -10,8 +10,8 @@ import (
 )
 
 // ErrNotPrimary means the server is a standby (pg_is_in_recovery()): no
-// host of --postgres-url is a primary at the moment, or the one given is a
-// standby. cdc-outbox never streams from a standby, where (PostgreSQL 16+)
+// host of the connection string is a primary at the moment, or the one
+// given is a standby. cdc-outbox never streams from a standby, where (PostgreSQL 16+)
 // a logical slot can be read, but one that a failover does not keep.
 var ErrNotPrimary = errors.New("the server is a standby (in recovery), not the primary")
 

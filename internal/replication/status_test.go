@@ -76,7 +76,7 @@ func TestRetryable(t *testing.T) {
 		if tc.code != "" {
 			err = pgErr(tc.code)
 		}
-		if got := retryable(err); got != tc.want {
+		if got := CauseOf(err).Retryable(); got != tc.want {
 			t.Errorf("retryable(%q) = %v, want %v", tc.code, got, tc.want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -131,7 +132,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			return nil
 		}
 		var f fatal
-		if errors.As(err, &f) || !retryable(err) {
+		if errors.As(err, &f) || !CauseOf(err).Retryable() {
 			return err
 		}
 		s.h.Lost()
@@ -140,7 +141,7 @@ func (s *Stream) Run(ctx context.Context) error {
 		}
 		wait := retryMin
 		switch {
-		case slotInUse(err):
+		case CauseOf(err) == CauseSlotInUse:
 			// A hot standby: poll often enough to take over within seconds
 			// of the active instance's death, log rarely.
 			if standbySince.IsZero() {
@@ -200,7 +201,7 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
-		return ExplainConnect(err)
+		return &ConnectError{Err: err}
 	}
 	defer conn.Close(context.Background())
 	if err := s.follow(setupCtx, conn); err != nil {
@@ -229,25 +230,25 @@ func (s *Stream) session(ctx context.Context) error {
 	return s.stream(ctx, conn)
 }
 
-// explain adds what to do to the server errors that stop streaming for
-// good. conn is the connection that got the error, still open unless the
-// error ended it.
+// explain turns the server errors that stop streaming for good into an
+// *Error with the facts. conn is the connection that got the error, still
+// open unless the error ended it.
 func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
 	}
 	confirmed := s.pos.Confirmed()
-	switch {
-	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot") && s.failover != nil:
+	switch cause := CauseOf(pgErr); {
+	case cause == CauseSlotMissing && s.failover != nil:
 		return s.slotGoneAfterFailover(err)
-	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot"):
-		return fmt.Errorf("%w: %w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
-			"Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events committed since the last one "+
-			"Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)", ErrSlotGone, err, confirmed)
-	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
+	case cause == CauseSlotMissing:
+		return &Error{Err: ErrSlotGone, Slot: s.cfg.Slot, Confirmed: confirmed, Cause: err,
+			msg: fmt.Sprintf("%v: %v: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more",
+				ErrSlotGone, err, confirmed)}
+	case cause == CausePublicationMissing:
 		return s.publicationGone(err)
-	case pgErr.Code == codeObjectNotInState || pgErr.Code == codeUndefinedFile:
+	case pgErr.Code == pgerrcode.ObjectNotInPrerequisiteState || pgErr.Code == pgerrcode.UndefinedFile:
 		// The slot's own row says whether it was invalidated and why
 		// (invalidation_reason, PostgreSQL 17+), whatever language the
 		// server speaks; the error's text is the fallback when the
@@ -255,24 +256,23 @@ func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 		if state, ok := s.slotState(conn); ok && state.Invalidated() {
 			return walLostError(s.cfg.Slot, confirmed, state.Reason(), err)
 		}
-		if walLost(err) {
+		if cause == CauseWALLost {
 			return walLostError(s.cfg.Slot, confirmed, "", err)
 		}
 	}
 	return err
 }
 
-// publicationGone explains a publication that is missing at the point of
-// the WAL being decoded. The server decodes each change with the catalog as
-// it was when the change was written, so the changes written while the
-// publication was gone cannot be streamed through this slot, even once it is
+// publicationGone is a publication that is missing at the point of the WAL
+// being decoded. The server decodes each change with the catalog as it was
+// when the change was written, so the changes written while the publication
+// was gone cannot be streamed through this slot, even once it is
 // re-created.
 func (s *Stream) publicationGone(cause error) error {
-	return fmt.Errorf("publication %q does not exist at this point of the WAL (PostgreSQL said: %w): it was dropped while the slot still had changes to stream, "+
-		"and the server cannot stream past the drop through this slot, even once it is re-created. "+
-		"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
-		"start cdc-outbox with --recreate-slot, then re-publish with cdc-outbox republish --after-id <id> the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
-		s.cfg.Publication, cause, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, s.pos.Confirmed())
+	return &Error{Err: ErrPublicationGone, Slot: s.cfg.Slot, Publication: s.cfg.Publication, Confirmed: s.pos.Confirmed(),
+		msg: fmt.Sprintf("publication %q does not exist at this point of the WAL (PostgreSQL said: %v): it was dropped while the slot still had changes to stream, "+
+			"and the server cannot stream past the drop through this slot, even once it is re-created", s.cfg.Publication, cause),
+		Cause: cause}
 }
 
 // notice acts on a notice the walsender sends while streaming. Since
@@ -286,7 +286,7 @@ func (s *Stream) publicationGone(cause error) error {
 // notices are logged.
 func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
 	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
-	if n.Code == codeObjectNotInState && strings.Contains(n.Message, `"`+s.cfg.Publication+`"`) {
+	if publicationSkipped(n, s.cfg.Publication) {
 		return fatal{s.publicationGone(n)}
 	}
 	s.log.Warn("PostgreSQL sent a notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message, "detail", n.Detail)

@@ -45,11 +45,11 @@ func (r *Republisher) plan(table pgname.Name, cols []column) (*query, error) {
 	m, sel := r.cfg.Mapping, r.cfg.Select
 	idAt, ok := at[m.IDColumn]
 	if !ok {
-		return nil, fmt.Errorf("the outbox table %s has no column %q (--column-id)", table, m.IDColumn)
+		return nil, fmt.Errorf("%w: %s has no column %q", ErrNoIDColumn, table, m.IDColumn)
 	}
 	if (sel.AfterID != "" || sel.UntilID != "") && !integerTypes[cols[idAt].typeOID] {
-		return nil, fmt.Errorf("%w: --after-id and --until-id need ids that grow in the order rows are written (an integer column filled "+
-			"by a sequence or identity), and %s.%s has type OID %d (a uuid or text id has no such order): select by --since and --until (created_at) instead",
+		return nil, fmt.Errorf("%w: selecting rows by id needs ids that grow in the order rows are written (an integer column filled "+
+			"by a sequence or identity), and %s.%s has type OID %d (a uuid or text id has no such order)",
 			ErrNotOrdered, table, m.IDColumn, cols[idAt].typeOID)
 	}
 	id := pgname.Quote(m.IDColumn)
@@ -65,7 +65,7 @@ func (r *Republisher) plan(table pgname.Name, cols []column) (*query, error) {
 	if q.byTime {
 		caAt, ok := at[m.CreatedAtColumn]
 		if !ok {
-			return nil, fmt.Errorf("%w: --since and --until select by %q (--column-created-at), which %s lacks: select by --after-id and --until-id instead",
+			return nil, fmt.Errorf("%w: selecting rows by time needs the created_at column %q, which %s lacks",
 				ErrNoCreatedAt, m.CreatedAtColumn, table)
 		}
 		ca := pgname.Quote(m.CreatedAtColumn)
@@ -134,9 +134,9 @@ func (q *query) page(cursor []string) string {
 }
 
 // resume is Summary.Resume after the row whose key is last.
-func (q *query) resume(last []string) string {
+func (q *query) resume(last []string) Resume {
 	if q.byTime {
-		return "--since '" + last[0] + "'"
+		return Resume{Since: last[0]}
 	}
-	return "--after-id " + last[0]
+	return Resume{AfterID: last[0]}
 }

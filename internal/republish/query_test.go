@@ -29,25 +29,25 @@ func TestPlan(t *testing.T) {
 		first, next  string
 		bounds       []string
 		err          error
-		resumeAfter1 string
+		resumeAfter1 Resume
 	}{
 		{name: "whole table", cols: cols(20, true),
 			first:        allCA + ` FROM "public"."outbox" ORDER BY "id" LIMIT 10`,
 			next:         allCA + ` FROM "public"."outbox" WHERE ("id") > ($1) ORDER BY "id" LIMIT 10`,
-			resumeAfter1: "--after-id 7"},
+			resumeAfter1: Resume{AfterID: "7"}},
 		{name: "id range", sel: Selection{AfterID: "5", UntilID: "90"}, cols: cols(20, false),
 			first:  all + ` FROM "public"."outbox" WHERE "id" > $1 AND "id" <= $2 ORDER BY "id" LIMIT 10`,
 			next:   all + ` FROM "public"."outbox" WHERE ("id") > ($1) AND "id" > $2 AND "id" <= $3 ORDER BY "id" LIMIT 10`,
-			bounds: []string{"5", "90"}, resumeAfter1: "--after-id 7"},
+			bounds: []string{"5", "90"}, resumeAfter1: Resume{AfterID: "7"}},
 		{name: "by time, uuid ids", sel: Selection{Since: since}, cols: cols(2950, true),
 			first:  allCA + ` FROM "public"."outbox" WHERE "created_at" >= $1 ORDER BY "created_at", "id" LIMIT 10`,
 			next:   allCA + ` FROM "public"."outbox" WHERE ("created_at", "id") > ($1, $2) AND "created_at" >= $3 ORDER BY "created_at", "id" LIMIT 10`,
-			bounds: []string{"2026-01-02T03:04:05Z"}, resumeAfter1: "--since '7'"},
+			bounds: []string{"2026-01-02T03:04:05Z"}, resumeAfter1: Resume{Since: "7"}},
 		{name: "id bounds on uuid ids", sel: Selection{AfterID: "5"}, cols: cols(2950, true), err: ErrNotOrdered},
 		{name: "time bounds without created_at", sel: Selection{Until: since}, cols: cols(20, false), err: ErrNoCreatedAt},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r, err := New(Config{Mapping: mapping.DefaultConfig(), OnBadEvent: pipeline.Fail, Select: c.sel, BatchSize: 10, MaxInflight: 1, MaxRecordBytes: 1024})
+			r, err := New(Config{Mapping: mapping.DefaultConfig(), OnBadEvent: pipeline.Fail, Select: c.sel, BatchSize: 10, MaxInflight: 1, MaxRecordBytes: 1024}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +69,7 @@ func TestPlan(t *testing.T) {
 				t.Errorf("bounds %q, want %q", bounds, c.bounds)
 			}
 			if got := q.resume([]string{"7", "8"}); got != c.resumeAfter1 {
-				t.Errorf("resume = %q, want %q", got, c.resumeAfter1)
+				t.Errorf("resume = %+v, want %+v", got, c.resumeAfter1)
 			}
 		})
 	}

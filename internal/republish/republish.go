@@ -16,7 +16,7 @@
 // It must never report a row as acknowledged before the broker
 // acknowledged it and every row before it, and never skip a row silently:
 // a row that cannot be published stops the run or goes to the dead-letter
-// topic, as --on-bad-event says.
+// topic, as the bad-event policy says.
 package republish
 
 import (
@@ -71,12 +71,16 @@ type Config struct {
 	// Log, if set, is told of each dead-lettered row and replaced
 	// timestamp, as the stream's log is.
 	Log *slog.Logger
+	// Explain renders a bad row's cause for its dead-letter record and the
+	// log, as the stream's pipeline.Config.Explain does; nil renders
+	// err.Error().
+	Explain func(error) string
 }
 
-// Producer is the sink as republish sees it; its acknowledgements go to
-// Republisher.Ack.
+// Producer is the sink as republish sees it: franz-go's Produce, which
+// calls promise once with the broker's answer, and Flush.
 type Producer interface {
-	Produce(r *kgo.Record)
+	Produce(r *kgo.Record, promise func(*kgo.Record, error))
 	Flush(ctx context.Context) error
 }
 
@@ -89,33 +93,61 @@ type Summary struct {
 	// for Kafka (pipeline.MaxTimestampAhead) and that carry the produce
 	// time instead, as the stream's do.
 	TimestampsReplaced int64
-	// Resume is the selection flag that starts a run after the last row
-	// that, with every row before it, was acknowledged ("" when none):
-	// --after-id <id>, or --since <created_at> (which includes that time
-	// again: a repeat, not a gap). An interrupted or failed run can be
-	// started again with it.
-	Resume  string
+	// Resume is where an interrupted or failed run can start again: after
+	// the last row that, with every row before it, was acknowledged (zero
+	// when none was).
+	Resume  Resume
 	Elapsed time.Duration
 }
 
+// Resume is the selection that starts a run after a row: AfterID, the
+// row's id, when rows go in the order of the id; Since, its created_at as
+// PostgreSQL prints it, when they go in the order of (created_at, id),
+// which includes that time again: a repeat, not a gap.
+type Resume struct {
+	AfterID string
+	Since   string
+}
+
+// IsZero reports whether r resumes after no row.
+func (r Resume) IsZero() bool { return r == Resume{} }
+
 // Sentinel errors; the errors returned wrap them with the facts.
 var (
-	// ErrBadEvent: a row could not be published, under --on-bad-event=fail.
+	// ErrBadEvent: a row could not be published, under the fail policy.
 	ErrBadEvent = errors.New("bad event")
 	// ErrRefused: the broker refused a record for good.
 	ErrRefused = errors.New("the broker refused a record")
-	// ErrNotOrdered: --after-id or --until-id on an id column whose order
-	// is not the order rows were written in.
+	// ErrNotOrdered: a selection by id on an id column whose order is not
+	// the order rows were written in.
 	ErrNotOrdered = errors.New("the id column is not an integer")
-	// ErrNoCreatedAt: --since or --until without a created_at column.
+	// ErrNoCreatedAt: a selection by time without a created_at column.
 	ErrNoCreatedAt = errors.New("the outbox table has no created_at column")
+	// ErrNoIDColumn: the table lacks the id column.
+	ErrNoIDColumn = errors.New("the outbox table has no id column")
 )
 
-// Republisher re-sends rows. Use it once: New, attach the producer, Run.
+// BadEventError is a row that could not be published under the fail
+// policy: the run stops before it, and the resume point stays before it.
+type BadEventError struct {
+	EventID string // "(no id)" when the row has none
+	// Err is why: a *mapping.BadEventError or a *pipeline.TooLargeError.
+	Err error
+}
+
+func (e *BadEventError) Error() string {
+	return fmt.Sprintf("%v %s: %v", ErrBadEvent, e.EventID, e.Err)
+}
+
+func (e *BadEventError) Unwrap() []error { return []error{ErrBadEvent, e.Err} }
+
+// Republisher re-sends rows. Use it once: New, then Run.
 type Republisher struct {
-	cfg    Config
-	mapper *mapping.Mapper
-	sink   Producer
+	cfg     Config
+	mapper  *mapping.Mapper
+	sink    Producer
+	promise func(*kgo.Record, error) // ack, made once
+	explain func(error) string
 
 	room chan struct{} // one token per record in flight
 
@@ -129,7 +161,7 @@ type Republisher struct {
 type batch struct {
 	pending int // records not yet acknowledged
 	read    bool
-	resume  string // Summary.Resume once it is wholly acknowledged
+	resume  Resume // Summary.Resume once it is wholly acknowledged
 }
 
 // pending is one record's way back to its batch.
@@ -140,8 +172,8 @@ type pending struct {
 	dead bool
 }
 
-// New checks cfg.
-func New(cfg Config) (*Republisher, error) {
+// New checks cfg and returns a republisher that produces to sink.
+func New(cfg Config, sink Producer) (*Republisher, error) {
 	m, err := mapping.New(cfg.Mapping)
 	if err != nil {
 		return nil, err
@@ -152,11 +184,13 @@ func New(cfg Config) (*Republisher, error) {
 	if cfg.BatchSize <= 0 || cfg.MaxInflight <= 0 || cfg.MaxRecordBytes <= 0 {
 		return nil, errors.New("republish: BatchSize, MaxInflight and MaxRecordBytes must be positive")
 	}
-	return &Republisher{cfg: cfg, mapper: m, room: make(chan struct{}, cfg.MaxInflight)}, nil
+	r := &Republisher{cfg: cfg, mapper: m, sink: sink, room: make(chan struct{}, cfg.MaxInflight), explain: cfg.Explain}
+	r.promise = r.ack
+	if r.explain == nil {
+		r.explain = func(err error) string { return err.Error() }
+	}
+	return r, nil
 }
-
-// SetProducer attaches the sink; call it before Run.
-func (r *Republisher) SetProducer(p Producer) { r.sink = p }
 
 // column is one column of the outbox table.
 type column struct {
@@ -191,7 +225,7 @@ func (r *Republisher) read(ctx context.Context) error {
 	cfg.RuntimeParams["application_name"] = "cdc-outbox republish"
 	conn, err := connectPrimary(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %w", replication.ExplainConnect(err))
+		return fmt.Errorf("connect to PostgreSQL: %w", &replication.ConnectError{Err: err})
 	}
 	defer conn.Close(context.Background())
 
@@ -311,45 +345,42 @@ func (r *Republisher) send(vals []mapping.Column, q *query, row [][]byte, b *bat
 	}
 	if err == nil {
 		if size := pipeline.RecordSize(rec); size > int64(r.cfg.MaxRecordBytes) {
-			err = &mapping.BadEventError{EventID: pd.id, Reason: fmt.Sprintf("the record is about %d bytes, more than --max-record-bytes %d "+
-				"(keep it at or below the broker's message.max.bytes); shrink the payload or raise both limits", size, r.cfg.MaxRecordBytes)}
+			err = &pipeline.TooLargeError{Size: size, Limit: r.cfg.MaxRecordBytes}
 		}
+	} else if !errors.As(err, new(*mapping.BadEventError)) {
+		return err
 	}
 	if err != nil {
-		var be *mapping.BadEventError
-		if !errors.As(err, &be) {
-			return err
-		}
 		id := pd.id
 		if id == "" {
 			id = "(no id)"
 		}
 		if r.cfg.OnBadEvent == pipeline.Fail {
-			return fmt.Errorf("%w %s: %v; fix the row (or the configuration) and run again with --after-id before it, "+
-				"or with --on-bad-event=dead-letter to set such events aside", ErrBadEvent, id, be)
+			return &BadEventError{EventID: id, Err: err}
 		}
-		dl := pipeline.DeadLetterRecord(r.cfg.DeadLetterTopic, be.EventID, "", q.table.Schema+"."+q.table.Relation, r.mapper.Source(), be,
+		reason := pipeline.DeadLetterReason(pd.id, err, r.explain)
+		dl := pipeline.DeadLetterRecord(r.cfg.DeadLetterTopic, pd.id, "", q.table.Schema+"."+q.table.Relation, r.mapper.Source(), reason,
 			r.cfg.MaxRecordBytes, func(limit int) []byte { return pipeline.RowJSON(q.all, row, limit) })
 		rec = &dl
 		pd.dead = true
 		if r.cfg.Log != nil {
-			r.cfg.Log.Warn("bad event sent to the dead-letter topic", "event_id", id, "topic", r.cfg.DeadLetterTopic, "error", be)
+			r.cfg.Log.Warn("bad event sent to the dead-letter topic", "event_id", id, "topic", r.cfg.DeadLetterTopic, "error", reason)
 		}
 	}
 	r.mu.Lock()
 	b.pending++
 	r.mu.Unlock()
 	rec.Context = pd
-	r.sink.Produce(rec)
+	r.sink.Produce(rec, r.promise)
 	return nil
 }
 
-// Ack is the sink's acknowledgement callback. A record the broker refused
+// ack is the promise of every record: the broker's answer. A record the broker refused
 // (too large for the topic, a timestamp out of its range, no permission)
 // stops the run under either policy: its batch never completes, so the
 // resume point stays before it. Its room is given back all the same, so
 // that a reader waiting for room sees the failure.
-func (r *Republisher) Ack(rec *kgo.Record, err error) {
+func (r *Republisher) ack(rec *kgo.Record, err error) {
 	pd := rec.Context.(*pending)
 	defer func() { <-r.room }()
 	r.mu.Lock()
@@ -358,7 +389,7 @@ func (r *Republisher) Ack(rec *kgo.Record, err error) {
 		// kgo.ErrClientClosed: closed after an interrupt, unacknowledged,
 		// which the resume point already says.
 		if r.failed == nil && !errors.Is(err, kgo.ErrClientClosed) {
-			r.failed = fmt.Errorf("%w: event %s for topic %q: %w", ErrRefused, pd.id, rec.Topic, err)
+			r.failed = fmt.Errorf("%w: event %s: %w", ErrRefused, pd.id, &pipeline.RefusedError{Topic: rec.Topic, Err: err})
 		}
 		return
 	}
@@ -378,7 +409,7 @@ func (r *Republisher) advance() {
 		if !b.read || b.pending > 0 {
 			return
 		}
-		if b.resume != "" {
+		if !b.resume.IsZero() {
 			r.sum.Resume = b.resume
 		}
 		r.batches = r.batches[1:]
@@ -408,7 +439,7 @@ func connectPrimary(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error)
 }
 
 // Integer type OIDs: ids of these types are assigned in the order rows are
-// written (a sequence or identity), which --after-id relies on.
+// written (a sequence or identity), which a selection by id relies on.
 var integerTypes = map[uint32]bool{20: true, 21: true, 23: true, 1700: true}
 
 // quoteList quotes column names for a select list.

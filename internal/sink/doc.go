@@ -6,6 +6,8 @@
 // never report an ack the broker did not give, and never block the
 // replication connection's status updates.
 //
-// Advice (errors.go) tells a refused SASL login or a failed TLS handshake,
-// which no retry cures, from a broker that is merely away.
+// Health (health.go) asks the brokers for metadata every few seconds:
+// whether Kafka is reachable, for readiness and metrics. FaultOf
+// (errors.go) tells a refused SASL login or a failed TLS handshake, which
+// no retry cures, from a broker that is merely away.
 package sink

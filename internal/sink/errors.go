@@ -8,35 +8,41 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// Refused reports whether err is the broker's refusal of a record for
-// something about the record itself: too large for the topic, a timestamp
-// out of the topic's range, a record or batch it finds invalid or corrupt,
-// a topic name it does not accept. Sent again the record would be refused
-// again, while other records go through: it is a bad event. The broker
-// refuses whole batches, so the records batched with it fail with the same
-// error. Refusals that concern the cluster (authorization, a missing topic,
-// a broker out of reach) are not among these: every record would fail
-// alike.
-func Refused(err error) bool {
-	for _, e := range refusals {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
+// Fault is what keeps the client from the brokers for good: a refused SASL
+// login or a TLS handshake that failed. No retry cures it; a person must.
+type Fault int
 
-var refusals = []error{
-	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidTimestamp,
-	kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTopicException,
-}
+// The faults FaultOf tells apart.
+const (
+	// NoFault: none of these. A broker that is down or slow heals by
+	// itself.
+	NoFault Fault = iota
+	// FaultSASLCredentials: SASL_AUTHENTICATION_FAILED, a wrong user name
+	// or password, or a user without credentials for the mechanism.
+	FaultSASLCredentials
+	// FaultSASLMechanism: UNSUPPORTED_SASL_MECHANISM, the listener does not
+	// offer the mechanism.
+	FaultSASLMechanism
+	// FaultSASLUnexpected: ILLEGAL_SASL_STATE, the listener does not expect
+	// SASL.
+	FaultSASLUnexpected
+	// FaultTLSUnknownCA: the broker's certificate is not signed by a CA the
+	// client trusts.
+	FaultTLSUnknownCA
+	// FaultTLSHostname: the broker's certificate is not valid for the
+	// address dialed.
+	FaultTLSHostname
+	// FaultTLSCertificate: the broker's certificate is expired, not yet
+	// valid, or not for server authentication.
+	FaultTLSCertificate
+	// FaultNotTLS: the listener does not speak TLS.
+	FaultNotTLS
+)
 
-// Advice says what to check for an error of reaching the brokers that no
-// retry can cure: a refused SASL login or a TLS handshake that failed. It is
-// "" for every other error (a broker that is down or slow heals by itself).
-// Neither the error nor the advice carries a password: the broker's SASL
-// errors do not quote it.
-func Advice(err error) string {
+// FaultOf says what fault err, an error of reaching the brokers, is.
+// Neither the error nor anything said about it carries a password: the
+// broker's SASL errors do not quote it.
+func FaultOf(err error) Fault {
 	var (
 		unknownCA x509.UnknownAuthorityError
 		hostname  x509.HostnameError
@@ -45,27 +51,21 @@ func Advice(err error) string {
 	)
 	switch {
 	case err == nil:
-		return ""
+		return NoFault
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
-		return "SASL authentication failed: check --kafka-sasl-username and the password " +
-			"(--kafka-sasl-password-file or --kafka-sasl-password), that the user exists on the broker " +
-			"with credentials for --kafka-sasl-mechanism, and that --kafka-brokers names its SASL listener"
+		return FaultSASLCredentials
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
-		return "SASL authentication failed: the listener does not offer --kafka-sasl-mechanism; " +
-			"use one of the broker's sasl.enabled.mechanisms, or check that --kafka-brokers names its SASL listener"
+		return FaultSASLMechanism
 	case errors.Is(err, kerr.IllegalSaslState):
-		return "SASL authentication failed: the listener does not expect SASL; point --kafka-brokers at the broker's " +
-			"SASL_SSL (or SASL_PLAINTEXT) listener, or set --kafka-sasl-mechanism=none"
+		return FaultSASLUnexpected
 	case errors.As(err, &unknownCA):
-		return "TLS: the broker's certificate is not signed by a CA this client trusts; " +
-			"give that CA's PEM certificate with --kafka-tls-ca-file"
+		return FaultTLSUnknownCA
 	case errors.As(err, &hostname):
-		return "TLS: the broker's certificate is not valid for the address dialed; " +
-			"use a name the certificate lists in --kafka-brokers, or set --kafka-tls-server-name"
+		return FaultTLSHostname
 	case errors.As(err, &invalid):
-		return "TLS: the broker's certificate is not valid (expired, not yet valid, or not for server authentication); renew it on the broker"
+		return FaultTLSCertificate
 	case errors.As(err, &notTLS):
-		return "TLS: the listener does not speak TLS; point --kafka-brokers at the broker's SSL or SASL_SSL listener, or drop --kafka-tls"
+		return FaultNotTLS
 	}
-	return ""
+	return NoFault
 }

@@ -34,19 +34,13 @@ type Config struct {
 	Opts []kgo.Opt
 }
 
-// AckFunc is told the fate of every record: err is nil once the broker
-// acknowledged it (acks=all), or the error that made it fail for good. It is
-// called serially, in order per partition, from the client's goroutine.
-type AckFunc func(r *kgo.Record, err error)
-
 // Sink is an idempotent Kafka producer.
 type Sink struct {
-	cl  *kgo.Client
-	ack func(*kgo.Record, error)
+	cl *kgo.Client
 }
 
 // New creates the producer. It does not contact the broker: see Ping.
-func New(cfg Config, log *slog.Logger, ack AckFunc) (*Sink, error) {
+func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	codec, err := codec(cfg.Compression)
 	if err != nil {
 		return nil, err
@@ -82,7 +76,7 @@ func New(cfg Config, log *slog.Logger, ack AckFunc) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &Sink{cl: cl, ack: ack}, nil
+	return &Sink{cl: cl}, nil
 }
 
 func codec(name string) (kgo.CompressionCodec, error) {
@@ -101,13 +95,15 @@ func codec(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("unknown compression %q: use none, gzip, snappy, lz4 or zstd", name)
 }
 
-// Produce hands r to the client and returns at once; the ack function is
-// told when the broker has it. It never blocks as long as the caller keeps
-// fewer than MaxBufferedRecords in flight.
-func (s *Sink) Produce(r *kgo.Record) {
+// Produce hands r to the client and returns at once. promise is told the
+// record's fate: err is nil once the broker acknowledged it (acks=all), or
+// the error that made it fail for good. Promises are called serially, in
+// order per partition, from the client's goroutine. Produce never blocks as
+// long as the caller keeps fewer than MaxBufferedRecords in flight.
+func (s *Sink) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
 	// The context only bounds waiting for buffer space, which the caller's
 	// in-flight limit already rules out.
-	s.cl.Produce(context.Background(), r, s.ack)
+	s.cl.Produce(context.Background(), r, promise)
 }
 
 // Flush waits until every record produced so far is acknowledged or failed,

@@ -24,19 +24,19 @@ func TestPartitionsLikeTheJavaClient(t *testing.T) {
 	want := map[string]int32{"21": 0, "foobar": 6, "payment-42": 5, "w3-a7": 6, "ünïcode": 1}
 
 	acked := make(chan *kgo.Record, len(want))
-	s, err := sink.New(sink.Config{Brokers: testenv.KafkaBrokers(t), Linger: time.Millisecond}, slog.New(slog.DiscardHandler),
-		func(r *kgo.Record, err error) {
-			if err != nil {
-				t.Errorf("record %s failed: %v", r.Key, err)
-			}
-			acked <- r
-		})
+	s, err := sink.New(sink.Config{Brokers: testenv.KafkaBrokers(t), Linger: time.Millisecond}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			t.Errorf("record %s failed: %v", r.Key, err)
+		}
+		acked <- r
+	}
 	for key := range want {
-		s.Produce(&kgo.Record{Topic: topic, Key: []byte(key), Value: []byte("{}")})
+		s.Produce(&kgo.Record{Topic: topic, Key: []byte(key), Value: []byte("{}")}, promise)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -55,7 +55,7 @@ func TestPartitionsLikeTheJavaClient(t *testing.T) {
 }
 
 func TestUnknownCompressionIsRefused(t *testing.T) {
-	_, err := sink.New(sink.Config{Brokers: []string{"127.0.0.1:1"}, Compression: "brotli"}, slog.New(slog.DiscardHandler), nil)
+	_, err := sink.New(sink.Config{Brokers: []string{"127.0.0.1:1"}, Compression: "brotli"}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("brotli accepted")
 	}
@@ -73,7 +73,7 @@ func TestPingNoticesASilentBroker(t *testing.T) {
 	through := kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return d.DialContext(ctx, network, proxy.Addr())
 	})
-	s, err := sink.New(sink.Config{Brokers: []string{proxy.Addr()}, Opts: []kgo.Opt{through}}, slog.New(slog.DiscardHandler), nil)
+	s, err := sink.New(sink.Config{Brokers: []string{proxy.Addr()}, Opts: []kgo.Opt{through}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // MaxLen is the longest topic name Kafka accepts, in bytes.
 const MaxLen = 249
 
-// DefaultTemplate is the streamer's default --topic: one topic per
-// aggregate type.
-const DefaultTemplate = "outbox.event.{aggregate_type}"
+// DefaultTemplate is the streamer's default topic template: one topic per
+// aggregate type, "outbox.event.{aggregate_type}".
+const DefaultTemplate = "outbox.event.{" + contract.ColumnAggregateType + "}"
 
 // allowed describes ValidByte in messages.
 const allowed = "a-z, A-Z, 0-9, '.', '_' and '-'"

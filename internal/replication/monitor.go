@@ -1,0 +1,168 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+)
+
+// SlotObserver is told the slot's state at every read; metrics implement
+// it. A missing slot reads as inactive, holding nothing, with no
+// wal_status.
+type SlotObserver interface {
+	Slot(active bool, retainedBytes int64, walStatus string)
+	// SlotFailover: whether the slot is a failover slot (17+), and whether
+	// every standby slot synchronized_standby_slots names is streaming.
+	SlotFailover(failover, standbysStreaming bool)
+}
+
+// MonitorConfig says what a Monitor watches.
+type MonitorConfig struct {
+	URL         string // a normal connection's; the stream's database
+	Slot        string
+	Publication string
+	// Table is the outbox table's configured name, and Outbox the table
+	// found by it at start: the publication must publish both, if they
+	// differ.
+	Table    pgname.Name
+	Outbox   Relation
+	Interval time.Duration // between two reads
+}
+
+// Monitor reads the slot's state on a normal connection every interval:
+// retained WAL, active, wal_status. The database's view is the one that
+// matters when the streamer itself is stuck. It also checks that the
+// publication still publishes the whole outbox, comparing relations: a
+// table dropped and created again silently leaves it, and a partition or
+// inheritance child the publication misses is never sent. It logs what
+// changes, at the level the change deserves.
+type Monitor struct {
+	cfg       MonitorConfig
+	obs       SlotObserver
+	log       *slog.Logger
+	published atomic.Bool
+
+	// Run's goroutine's alone:
+	conn      *pgx.Conn
+	walStatus string // as last read
+}
+
+// NewMonitor returns a monitor; Run starts it.
+func NewMonitor(cfg MonitorConfig, obs SlotObserver, log *slog.Logger) *Monitor {
+	m := &Monitor{cfg: cfg, obs: obs, log: log.With("component", "slot-monitor")}
+	m.published.Store(true)
+	return m
+}
+
+// Published reports whether the publication publishes every insert into the
+// outbox, as last read (true until read).
+func (m *Monitor) Published() bool { return m.published.Load() }
+
+// Run reads every interval until ctx ends. It never fails: a read that
+// fails is logged and tried again at the next interval.
+func (m *Monitor) Run(ctx context.Context) {
+	defer m.close()
+	for {
+		m.check(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(m.cfg.Interval):
+		}
+	}
+}
+
+// check reads the slot and the publication once. Only Run's goroutine
+// calls it: it owns the connection.
+func (m *Monitor) check(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := m.read(ctx)
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("could not read the replication slot's state", "slot", m.cfg.Slot, "error", err)
+	}
+}
+
+func (m *Monitor) read(ctx context.Context) error {
+	if m.conn == nil || m.conn.IsClosed() {
+		conn, err := connect(ctx, m.cfg.URL)
+		if err != nil {
+			return err
+		}
+		m.conn = conn
+	}
+	info, err := ReadSlot(ctx, m.conn, m.cfg.Slot)
+	switch {
+	case errors.Is(err, ErrSlotMissing):
+		m.obs.Slot(false, 0, "")
+		return err
+	case err != nil:
+		return err
+	}
+	if info.Invalidated() {
+		// Whatever the reason (17+: invalidation_reason; 16: conflicting),
+		// the slot can no longer stream: as good as lost, which 16+ also
+		// says in wal_status.
+		info.WALStatus = "lost"
+	}
+	m.obs.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+	m.obs.SlotFailover(info.Failover, info.StandbysStreaming)
+	logWALStatus(m.log, m.walStatus, info)
+	m.walStatus = info.WALStatus
+
+	problem, err := CheckPublication(ctx, m.conn, m.cfg.Publication, m.cfg.Outbox, m.cfg.Table)
+	if err != nil {
+		return err
+	}
+	m.published.Store(problem == "")
+	if problem != "" {
+		m.log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
+			"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
+			"problem", problem, "table", m.cfg.Table.String(), "publication", m.cfg.Publication)
+	}
+	return nil
+}
+
+func (m *Monitor) close() {
+	if m.conn != nil {
+		m.conn.Close(context.Background())
+		m.conn = nil
+	}
+}
+
+// logWALStatus says when the slot's wal_status changes, at the level the
+// new state deserves. unreserved and lost are errors: the first is the last
+// moment to act before PostgreSQL removes WAL the slot needs, the second
+// means it did (streaming then stops with ErrWALLost at the latest when the
+// walsender is ended and the stream reconnects, and that error says how to
+// recover).
+func logWALStatus(log *slog.Logger, prev string, info SlotInfo) {
+	if info.WALStatus == prev {
+		return
+	}
+	attrs := []any{"slot", info.Name, "wal_status", info.WALStatus, "previous", prev, "retained_wal_bytes", info.RetainedBytes}
+	if reason := info.Reason(); reason != "" {
+		attrs = append(attrs, "invalidation_reason", reason)
+	}
+	switch info.WALStatus {
+	case "extended":
+		log.Warn("the slot holds more WAL than max_wal_size: cdc-outbox is behind (is Kafka slow or refusing?)", attrs...)
+	case "unreserved":
+		log.Error("the slot holds more WAL than max_slot_wal_keep_size allows: the next checkpoint removes WAL it still needs, "+
+			"and its events would never reach Kafka through it. Let cdc-outbox catch up (Kafka?) or raise max_slot_wal_keep_size now", attrs...)
+	case "lost":
+		what, _ := Invalidation(info.Reason())
+		log.Error("the slot is invalidated: "+what+". The events it had not streamed will not reach Kafka through this slot; "+
+			"cdc-outbox stops when the stream ends, saying how to recover", attrs...)
+	case "reserved":
+		if prev == "extended" || prev == "unreserved" {
+			log.Info("the slot's WAL is within max_wal_size again", attrs...)
+		}
+	}
+}
