@@ -637,8 +637,10 @@ func TestLiveOwnerPastLease(t *testing.T) {
 	<-entered
 	// Wait out the lease (an UPDATE of locked_until would wait for the
 	// owner's row lock: that lock is the point).
-	for count(t, pool, `SELECT count(*) FROM idempotency_keys WHERE locked_until < now()`) == 0 {
-		time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(60 * time.Second); count(t, pool, `SELECT count(*) FROM idempotency_keys WHERE locked_until < now()`) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the owner's lease did not run out within 60 s of its start")
+		}
 	}
 	r := do(t, srv, "POST", "/orders", "k1", "acme", `{"item":"book"}`)
 	if r.code != http.StatusConflict || r.header.Get("Retry-After") != "1" {
