@@ -112,7 +112,7 @@ func ExampleNew() {
 		fmt.Println("first problem:", ce.Field)
 	}
 	// Output:
-	// outbox: Config.Table: "app.events.v2" has more than one dot; give schema.table or table
+	// outbox: Config.Table: "app.events.v2": invalid name syntax: 3 dot-separated parts; give table or schema.table (quote a part that contains a dot: "my.schema".outbox)
 	// outbox: Config.Topic: placeholder {tenant} is none of the columns Write sets (aggregate_type, aggregate_id, event_type)
 	// first problem: Table
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/outbox/topic"
 )
 
@@ -44,9 +45,12 @@ type Event struct {
 // Config names the outbox table and its columns, and the topic template.
 // The zero value of a field means its default, from DefaultConfig.
 type Config struct {
-	// Table is "schema.table" or "table" (then resolved by search_path), as
-	// the streamer's --table flag. Each part is quoted as an identifier, so
-	// any name works except one containing a dot.
+	// Table is "table" or "schema.table", read as PostgreSQL reads a
+	// qualified name and exactly as the streamer reads its --table flag
+	// (package pgname): an unquoted part is folded to lower case, a
+	// double-quoted part is kept as it is ("Billing"."Outbox Events"), and
+	// a name without a schema is in schema public whatever the
+	// search_path, so the service and the streamer name the same table.
 	Table string
 	// Column names, as the streamer's --column-* flags.
 	IDColumn, AggregateTypeColumn, AggregateIDColumn, EventTypeColumn, PayloadColumn, HeadersColumn string
@@ -159,15 +163,13 @@ func New(cfg Config) (*Writer, error) {
 	}
 
 	cfg.Table = or(cfg.Table, def.Table)
-	parts := strings.Split(cfg.Table, ".")
-	if len(parts) > 2 {
-		bad("Table", "%q has more than one dot; give schema.table or table", cfg.Table)
-	}
-	for _, p := range parts {
-		if err := checkIdent(p); err != "" {
-			bad("Table", "%q: %s", cfg.Table, err)
-			break
-		}
+	name, err := pgname.Parse(cfg.Table)
+	if err != nil {
+		bad("Table", "%q: %v", cfg.Table, err)
+	} else if e := checkIdent(name.Schema); e != "" {
+		bad("Table", "%q: schema: %s", cfg.Table, e)
+	} else if e := checkIdent(name.Relation); e != "" {
+		bad("Table", "%q: table: %s", cfg.Table, e)
 	}
 
 	fields := map[string]func(Event) string{
@@ -190,7 +192,7 @@ func New(cfg Config) (*Writer, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	table := pgx.Identifier(parts).Sanitize()
+	table := name.Quoted()
 	w := &Writer{
 		table: table,
 		// The id comes back as text: the "id" header carries the same text

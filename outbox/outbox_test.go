@@ -344,7 +344,7 @@ func TestCustomNames(t *testing.T) {
 			"Type" text NOT NULL, "Key" text NOT NULL, "kind" text NOT NULL,
 			"body" json NOT NULL, "meta" jsonb, "body text" text);`)
 	cfg := outbox.Config{
-		Table:               `Billing Ops.Event "Log"`,
+		Table:               `"Billing Ops"."Event ""Log"""`,
 		IDColumn:            "event id",
 		AggregateTypeColumn: "Type",
 		AggregateIDColumn:   "Key",

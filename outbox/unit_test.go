@@ -123,13 +123,28 @@ func TestNewConfig(t *testing.T) {
 	if w.insert != want || w.delete != "" {
 		t.Errorf("default insert:\n got %s\nwant %s (delete %q)", w.insert, want, w.delete)
 	}
-	w, err = New(Config{Table: `we"ird`, IDColumn: "event id", DeleteAfterInsert: true})
+	w, err = New(Config{Table: `"we""ird"`, IDColumn: "event id", DeleteAfterInsert: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(w.insert, `INSERT INTO "we""ird" (`) || !strings.HasSuffix(w.insert, `RETURNING "event id"::text`) ||
-		w.delete != `DELETE FROM "we""ird" WHERE "event id" = $1` {
+	if !strings.HasPrefix(w.insert, `INSERT INTO "public"."we""ird" (`) || !strings.HasSuffix(w.insert, `RETURNING "event id"::text`) ||
+		w.delete != `DELETE FROM "public"."we""ird" WHERE "event id" = $1` {
 		t.Errorf("quoted names: insert %s, delete %s", w.insert, w.delete)
+	}
+	// Table is read as PostgreSQL and the streamer's --table read it: the
+	// same text names the same table for the service and the streamer.
+	for table, want := range map[string]string{
+		"Outbox":                      `"public"."outbox"`,
+		"Billing.Outbox":              `"billing"."outbox"`,
+		` "Billing"."Outbox Events" `: `"Billing"."Outbox Events"`,
+		`"odd.schema"."Out""box.v2"`:  `"odd.schema"."Out""box.v2"`,
+	} {
+		w, err := New(Config{Table: table})
+		if err != nil {
+			t.Errorf("Table %q: %v", table, err)
+		} else if !strings.HasPrefix(w.insert, "INSERT INTO "+want+" (") {
+			t.Errorf("Table %q: %s; want the table %s", table, w.insert, want)
+		}
 	}
 	for _, tc := range []struct {
 		cfg    Config
@@ -137,6 +152,7 @@ func TestNewConfig(t *testing.T) {
 	}{
 		{Config{Table: "a.b.c"}, []string{"Table"}},
 		{Config{Table: "a."}, []string{"Table"}},
+		{Config{Table: `Billing Ops.outbox`}, []string{"Table"}},
 		{Config{PayloadColumn: "x", HeadersColumn: "x"}, []string{"HeadersColumn"}},
 		{Config{PayloadColumn: "id"}, []string{"PayloadColumn"}},
 		{Config{EventTypeColumn: "\xff"}, []string{"EventTypeColumn"}},

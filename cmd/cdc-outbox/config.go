@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )

@@ -136,14 +136,13 @@ var allowedImports = map[string][]string{
 	"internal/decoder":     nil,
 	"internal/mapping":     {"outbox/contract", "outbox/topic"},
 	"internal/metrics":     nil,
-	"internal/pgname":      nil,
 	"internal/pipeline":    {"internal/checkpoint", "internal/decoder", "internal/mapping", "outbox/contract"},
-	"internal/replication": {"internal/decoder", "internal/pgname"},
-	"internal/republish":   {"internal/mapping", "internal/pgname", "internal/pipeline", "internal/replication"},
+	"internal/replication": {"internal/decoder", "outbox/pgname"},
+	"internal/republish":   {"internal/mapping", "outbox/pgname", "internal/pipeline", "internal/replication"},
 	"internal/sink":        nil,
 	"internal/testenv":     nil,
-	"cmd/cdc-outbox": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/metrics", "internal/pgname",
-		"internal/pipeline", "internal/replication", "internal/republish", "internal/sink", "outbox/contract"},
+	"cmd/cdc-outbox": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/metrics",
+		"internal/pipeline", "internal/replication", "internal/republish", "internal/sink", "outbox/contract", "outbox/pgname"},
 }
 
 // TestImportGraph: go list's imports of the streamer's packages (tests

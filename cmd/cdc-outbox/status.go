@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // ErrCatalog means the catalog could not be read while streaming. Streaming

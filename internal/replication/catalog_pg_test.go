@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 var outboxTable = pgname.Name{Schema: "public", Relation: "outbox"}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // Names say which slot, publication and outbox table the streamer uses.

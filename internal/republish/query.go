@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // query is the page query of a run: every column of the table (the

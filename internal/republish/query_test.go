@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 )
 

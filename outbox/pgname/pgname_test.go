@@ -82,7 +82,7 @@ func TestQuoteAndString(t *testing.T) {
 // FuzzParse: Parse never panics; what it accepts has two non-empty parts
 // of at most 63 bytes, and reads back the same through both renderings.
 //
-//	go test -fuzz=FuzzParse ./internal/pgname
+//	go test -fuzz=FuzzParse ./outbox/pgname
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"outbox", `"Billing"."Outbox Events"`, `"a""b".c`, "a.b.c", ` x . "y" `, `"`, "a.", strings.Repeat("é", 40)} {
 		f.Add(s)
