@@ -7,11 +7,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // This file is the one place that says what to do about an error of the

@@ -13,10 +13,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // TestAdvice pins every piece of advice the command gives about an error of

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // statusConfig is everything `cdc-outbox status` is told. The connection

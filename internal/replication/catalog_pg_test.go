@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
-	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // The catalog queries, on a real server, for the shapes the end-to-end

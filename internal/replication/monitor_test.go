@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // TestLogWALStatus: a change of wal_status is logged once, at the level

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 func TestPlan(t *testing.T) {
