@@ -40,11 +40,15 @@ type options struct {
 	skipDrain  bool
 	skipSteady bool
 	skipCrash  bool
+	idle       time.Duration
 	crashRate  int
 	crashFor   time.Duration
 	// streamerFlags are added to every streamer's command line, to measure
 	// a setting (say --kafka-compression=lz4) against the defaults.
 	streamerFlags []string
+	// bin, when set, is the streamer binary to measure instead of one built
+	// from this checkout: an A/B comparison against another build.
+	bin string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -57,8 +61,10 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.skipDrain, "skip-drain", false, "skip the backlog drain")
 	fs.BoolVar(&o.skipSteady, "skip-steady", false, "skip the steady load")
 	fs.BoolVar(&o.skipCrash, "skip-crash", false, "skip the crash-duplicates run")
+	fs.DurationVar(&o.idle, "idle", 30*time.Second, "how long to measure the streamer with nothing to stream (0 skips it)")
 	fs.IntVar(&o.crashRate, "crash-rate", 2000, "events/s of the load during the crash run")
 	fs.DurationVar(&o.crashFor, "crash-duration", 10*time.Second, "duration of the load during the crash run (the streamer is killed half-way)")
+	fs.StringVar(&o.bin, "streamer-bin", "", "measure this cdc-outbox binary instead of building one from this checkout (to compare two builds)")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -147,11 +153,14 @@ func run(ctx context.Context, o options) int {
 	}
 	defer os.RemoveAll(tmp)
 
-	progress("building the streamer")
-	bin := filepath.Join(tmp, "cdc-outbox")
-	if err := buildBinary(ctx, root, bin); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 1
+	bin := o.bin
+	if bin == "" {
+		progress("building the streamer")
+		bin = filepath.Join(tmp, "cdc-outbox")
+		if err := buildBinary(ctx, root, bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
 	}
 
 	b, err := newBench(ctx, root, tmp, bin, pgURL, strings.Split(brokers, ","))
@@ -220,6 +229,13 @@ func (b *bench) runPhases(ctx context.Context, o options, res *results) error {
 		if err != nil {
 			return fmt.Errorf("steady load: %w", err)
 		}
+	}
+	if o.idle > 0 {
+		r, err := b.idle(ctx, o.idle)
+		if err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
+		res.idle = &r
 	}
 	if !o.skipCrash {
 		c, err := b.crash(ctx, o.crashRate, o.crashFor)

@@ -237,6 +237,7 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 		InFlight:           read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlight()) }),
 		InFlightBytes:      read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlightBytes()) }),
 		PostgresReconnects: read(func(dp *dataPath) float64 { return float64(dp.stream.Reconnects()) }),
+		StatusUpdates:      read(func(dp *dataPath) float64 { return float64(dp.stream.StatusUpdates()) }),
 		PostgresConnected: func() bool {
 			dp := parts.Load()
 			return dp != nil && dp.stream.Connected()

@@ -79,6 +79,7 @@ type Stream struct {
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
 	reconnects atomic.Uint64
+	updates    atomic.Uint64 // status updates sent
 }
 
 // New returns a stream that starts at pos.Confirmed().
@@ -94,6 +95,9 @@ func (s *Stream) Connected() bool { return s.connected.Load() }
 
 // Reconnects counts connections lost and tried again.
 func (s *Stream) Reconnects() uint64 { return s.reconnects.Load() }
+
+// StatusUpdates counts the standby status updates sent.
+func (s *Stream) StatusUpdates() uint64 { return s.updates.Load() }
 
 // fatal marks errors that reconnecting cannot fix.
 type fatal struct{ err error }
@@ -429,6 +433,7 @@ func (s *Stream) send(conn *pgconn.PgConn, now time.Time, force, reply bool) err
 	if err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, u); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
+	s.updates.Add(1)
 	if u.WALFlushPosition != s.lastSent {
 		s.log.Debug("confirmed", "lsn", u.WALFlushPosition)
 	}
