@@ -49,6 +49,14 @@ type options struct {
 	// bin, when set, is the streamer binary to measure instead of one built
 	// from this checkout: an A/B comparison against another build.
 	bin string
+
+	// The comparison with Debezium Server instead of the phases above.
+	debezium     bool
+	debeziumHome string // the unpacked distribution
+	java         string // a Java 21+ binary
+	dbzEvents    int
+	dbzRate      int
+	dbzSteady    time.Duration
 }
 
 func parseFlags(args []string) (options, error) {
@@ -65,6 +73,12 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.crashRate, "crash-rate", 2000, "events/s of the load during the crash run")
 	fs.DurationVar(&o.crashFor, "crash-duration", 10*time.Second, "duration of the load during the crash run (the streamer is killed half-way)")
 	fs.StringVar(&o.bin, "streamer-bin", "", "measure this cdc-outbox binary instead of building one from this checkout (to compare two builds)")
+	fs.BoolVar(&o.debezium, "debezium", false, "compare with Debezium Server instead (backlog drain and a steady load, each relay alone; writes debezium.md); make bench-debezium fetches it first")
+	fs.StringVar(&o.debeziumHome, "debezium-home", "", "Debezium Server's unpacked distribution (default: scripts/debezium.sh home)")
+	fs.StringVar(&o.java, "java", "", "the Java 21+ binary that runs Debezium Server (default: scripts/debezium.sh java)")
+	fs.IntVar(&o.dbzEvents, "debezium-events", 200000, "with -debezium: events in the backlog")
+	fs.IntVar(&o.dbzRate, "debezium-rate", 1000, "with -debezium: the steady load's events/s")
+	fs.DurationVar(&o.dbzSteady, "debezium-steady", 30*time.Second, "with -debezium: the steady load's measured window per relay")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -85,6 +99,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.events <= 0 || o.steady <= 0 || o.crashRate <= 0 || o.crashFor <= 0 {
 		return o, errors.New("-events, -steady, -crash-rate and -crash-duration must be positive")
+	}
+	if o.dbzEvents <= 0 || o.dbzRate <= 0 || o.dbzSteady <= 0 {
+		return o, errors.New("-debezium-events, -debezium-rate and -debezium-steady must be positive")
 	}
 	return o, nil
 }
@@ -170,6 +187,24 @@ func run(ctx context.Context, o options) int {
 	}
 	defer b.close()
 	b.streamerFlags = o.streamerFlags
+	if o.debezium {
+		if o.debeziumHome == "" {
+			if o.debeziumHome, err = scriptOutput(root, "home"); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				return 2
+			}
+		}
+		if o.java == "" {
+			if o.java, err = scriptOutput(root, "java"); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				return 2
+			}
+		}
+		res := &debeziumResults{info: b.info(ctx, o), version: debeziumVersion(o.debeziumHome), java: javaVersion(o.java)}
+		progress("PostgreSQL %s, Kafka %s, Debezium Server %s (%s), %d cores; database %s",
+			res.info.pgVersion, res.info.kafkaVersion, res.version, res.java, res.info.cores, b.dbName)
+		return runDebeziumCompare(ctx, o, b, res)
+	}
 	res := &results{info: b.info(ctx, o)}
 	progress("PostgreSQL %s, Kafka %s, %d cores, %s; database %s", res.info.pgVersion, res.info.kafkaVersion, res.info.cores, res.info.goVersion, b.dbName)
 

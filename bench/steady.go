@@ -180,36 +180,40 @@ func (b *bench) steady(ctx context.Context, aggType string, rate int, d time.Dur
 	if err != nil {
 		return r, err
 	}
-	cpu0, err := readCPU(s.pid())
+	// CPU and costs are counted over the first half of the window and the
+	// CPU profile is taken in the second: a profile's signals interrupt
+	// the streamer's sleeps and cost CPU of their own.
+	c0, err := s.costsNow(ctx)
 	if err != nil {
 		return r, err
 	}
-	act0, err := readActivity(s.pid())
-	if err != nil {
-		return r, err
-	}
-	t0 := time.Now()
 	watch := watchMachine()
-
-	// Profile the middle of the measured window.
-	profiled := b.cpuProfile(ctx, s, fmt.Sprintf("steady %d per second", rate), d/2)
-	defer profiled()
 	var written atomic.Int64
 	done := make(chan pacedResult, 1)
 	go func() { done <- writePaced(ctx, b.pool, rate, d, aggType, &written) }()
 	var w pacedResult
+	half := time.NewTimer(d / 2)
 	tick := time.NewTicker(10 * time.Second)
+	var c1 costSnapshot
+	profiled := func() profile { return profile{} }
 wait:
 	for {
 		select {
 		case w = <-done:
 			break wait
+		case <-half.C:
+			if c1, err = s.costsNow(ctx); err != nil {
+				return r, err
+			}
+			r.machine = watch()
+			profiled = b.cpuProfile(ctx, s, fmt.Sprintf("steady %d per second", rate), d/2-time.Second)
 		case <-tick.C:
 			progress("  steady %d/s: %d events committed", rate, written.Load())
 		}
 	}
 	tick.Stop()
-	r.machine = watch()
+	half.Stop()
+	defer profiled()
 	if ctx.Err() != nil {
 		return r, ctx.Err()
 	}
@@ -240,17 +244,16 @@ wait:
 	if err != nil {
 		return r, err
 	}
-	act, err := readActivity(s.pid())
-	if err != nil {
-		return r, err
-	}
-	window := time.Since(t0)
 	r.events = int(after.sum("cdc_outbox_events_total") - before.sum("cdc_outbox_events_total"))
-	if r.events > 0 {
-		r.cpuPerEvent = float64((u.cpu - cpu0).Microseconds()) / float64(r.events)
+	if c1.at.IsZero() {
+		return r, fmt.Errorf("the load ended before half of the window (%s) passed", d/2)
 	}
-	r.perEvent = costsOf(act.sub(act0), after.sum(produceBatchesMetric)-before.sum(produceBatchesMetric), r.events)
-	r.statusPerSec = (after.sum(statusUpdatesMetric) - before.sum(statusUpdatesMetric)) / window.Seconds()
+	counted := int(c1.events - c0.events)
+	if counted > 0 {
+		r.cpuPerEvent = float64((c1.cpu - c0.cpu).Microseconds()) / float64(counted)
+	}
+	r.perEvent = costsOf(c1.act.sub(c0.act), c1.batches-c0.batches, counted)
+	r.statusPerSec = (c1.status - c0.status) / c1.at.Sub(c0.at).Seconds()
 	r.rssMiB = mib(u.hwmKiB)
 	hist := deltaBuckets(after.histogram(latencyMetric), before.histogram(latencyMetric))
 	r.p50, r.p99, r.p999 = quantileOf(0.50, hist), quantileOf(0.99, hist), quantileOf(0.999, hist)
@@ -261,6 +264,30 @@ wait:
 	progress("steady %d/s: per event: %.2f reads, %.2f writes, %.2f wake-ups, %.2f preemptions, %.3f produce requests; %.1f status updates/s",
 		rate, c.reads, c.writes, c.wakeups, c.preempted, c.produces, r.statusPerSec)
 	return r, b.stopStreamer(s, 60*time.Second)
+}
+
+// costSnapshot is a running streamer's counters at one moment.
+type costSnapshot struct {
+	at                      time.Time
+	cpu                     time.Duration
+	act                     activity
+	events, batches, status float64
+}
+
+func (s *streamer) costsNow(ctx context.Context) (costSnapshot, error) {
+	c := costSnapshot{at: time.Now()}
+	ms, err := s.scrape(ctx)
+	if err != nil {
+		return c, err
+	}
+	if c.cpu, err = readCPU(s.pid()); err != nil {
+		return c, err
+	}
+	if c.act, err = readActivity(s.pid()); err != nil {
+		return c, err
+	}
+	c.events, c.batches, c.status = ms.sum("cdc_outbox_events_total"), ms.sum(produceBatchesMetric), ms.sum(statusUpdatesMetric)
+	return c, nil
 }
 
 // quant is an estimated latency quantile.
