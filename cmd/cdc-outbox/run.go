@@ -47,9 +47,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if c.CPUs > 0 {
-		// Measured on 2 cores, GOMAXPROCS 1 against 2: a fifth to a quarter
-		// less CPU per event, in a backlog drain and at 5,000 events/s,
-		// because a woken goroutine no longer wakes a second thread.
+		// One P: a goroutine woken on the data path (the producer, the
+		// acknowledgements) runs when the reader yields instead of waking
+		// a second thread (bench/results/cpu-per-event.md has the figures).
 		runtime.GOMAXPROCS(c.CPUs)
 	}
 	log := newLogger(stderr, c.LogFormat, c.LogLevel)

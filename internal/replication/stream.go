@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -106,9 +107,6 @@ func (f fatal) Error() string { return f.err.Error() }
 func (f fatal) Unwrap() error { return f.err }
 
 const (
-	nap      = 300 * time.Microsecond
-	napEvery = 500 * time.Microsecond
-
 	retryMin   = 100 * time.Millisecond
 	retryMax   = 30 * time.Second
 	standbyLog = time.Minute // how often a waiting hot standby says so
@@ -199,6 +197,11 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
+	pr := &pacedReader{}
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		pr.r = r
+		return pgproto3.NewFrontend(pr, w)
+	}
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
 		return ExplainConnect(err)
@@ -224,7 +227,7 @@ func (s *Stream) session(ctx context.Context) error {
 	// The server resumes after start; what was confirmed before needs no
 	// second update, but the first keepalive tick should come soon.
 	s.lastSentAt = time.Time{}
-	return s.stream(ctx, conn)
+	return s.stream(ctx, conn, pr)
 }
 
 // explain adds what to do to the server errors that stop streaming for
@@ -276,9 +279,9 @@ func serverMajor(version string) int {
 // once with a keepalive, and after the whole ReceiveTimeout without a
 // message it gives the connection up; Run reconnects. Time spent not
 // reading (backpressure) does not count as the server's silence.
-func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
-	netConn := conn.Conn()
-	var deadline, lastNap time.Time
+func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn, pr *pacedReader) error {
+	pr.stream(conn.Conn())
+	var deadline time.Time
 	heard, probed, received := time.Now(), false, false
 	for {
 		select {
@@ -318,24 +321,14 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 		// than through a context, which would cost a goroutine per message.
 		if now.After(deadline) {
 			deadline = now.Add(s.cfg.StatusInterval)
-			if err := netConn.SetReadDeadline(deadline); err != nil {
+			if err := pr.setDeadline(deadline); err != nil {
 				return err
 			}
 		}
-		// Coalesce reads while data flows: the walsender sends each
-		// message on its own, and reading them one by one as they come
-		// costs a system call and a wake-up per message, CPU the walsender
-		// needs on the same machine. A short nap after every half
-		// millisecond of reading lets a few dozen messages gather, read in
-		// one call; it adds at most that nap to latency. (Go's timers round
-		// a sleep this short up to about 1.1 ms on Linux, measured; the nap
-		// is that long in fact.) Reading for 1 ms between naps cost more
-		// CPU per event; for 250 µs, the streamer fell behind the
-		// walsender at 100 events per transaction.
-		if now.Sub(lastNap) >= napEvery {
-			time.Sleep(nap)
-			lastNap = time.Now()
-		}
+		// Reads from the socket are paced (pace.go): the reader may let
+		// messages gather before a read that starts a new message with
+		// nothing buffered.
+		pr.fresh = conn.Frontend().ReadBufferLen() == 0
 		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if isTimeout(err) {
