@@ -38,8 +38,11 @@ const (
 	// more CPU per event, reading shorter fell behind the walsender.
 	nap      = 300 * time.Microsecond
 	napEvery = 500 * time.Microsecond
-	// rateEvery is how often the arrival rate is estimated again.
+	// rateEvery is how often the arrival rate is estimated again; after
+	// rateStale without a read the estimate is forgotten, so that the first
+	// event after a pause is read at once.
 	rateEvery = 20 * time.Millisecond
+	rateStale = 100 * time.Millisecond
 )
 
 // step is what to do before the next read from the socket.
@@ -55,8 +58,9 @@ type step struct {
 // pacer decides how to read the socket from what the reads brought. It
 // does no I/O; the reader tells it what happened.
 type pacer struct {
-	lastNap time.Time // when the last nap ended
-	full    bool      // the last read filled the buffer: more is waiting
+	lastNap  time.Time // when the last nap ended
+	lastRead time.Time
+	full     bool // the last read filled the buffer: more is waiting
 
 	// The arrival rate, bytes per second, from the bytes read over at
 	// least rateEvery.
@@ -68,7 +72,10 @@ type pacer struct {
 // read records that a read from the socket at now brought n bytes, and
 // whether they filled the buffer.
 func (p *pacer) read(now time.Time, n int, full bool) {
-	p.full = full
+	if now.Sub(p.lastRead) > rateStale {
+		p.rate, p.since, p.sinceBytes = 0, now, 0
+	}
+	p.full, p.lastRead = full, now
 	if p.since.IsZero() {
 		p.since = now
 	}
@@ -93,6 +100,9 @@ func (p *pacer) next(now time.Time) step {
 		if now.Sub(p.lastNap) >= napEvery {
 			return step{sleep: nap}
 		}
+		return step{}
+	}
+	if now.Sub(p.lastRead) > rateStale {
 		return step{}
 	}
 	// The bytes that arrive in three quarters of gather at the recent

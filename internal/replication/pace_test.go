@@ -44,6 +44,12 @@ func TestPacer(t *testing.T) {
 		t.Fatalf("at 3.5 MB/s: %+v, want to wait up to %s for %d bytes", s, gather, maxLow)
 	}
 
+	// A pause: the first event after it is read at once, whatever the rate
+	// was.
+	if s := p.next(now.Add(time.Second)); s != (step{}) {
+		t.Fatalf("a second after the last read: %+v, want to read at once", s)
+	}
+
 	// A flood: a read filled the buffer. Read on right after a nap, nap
 	// again after napEvery.
 	p.napped(now)
