@@ -6,3 +6,5 @@ package replication
 const lowWaterWorks = false
 
 func setLowWater(uintptr, int) error { return nil }
+
+func queuedBytes(uintptr) int { return 0 }

@@ -44,6 +44,17 @@ func TestPacer(t *testing.T) {
 		t.Fatalf("at 3.5 MB/s: %+v, want to wait up to %s for %d bytes", s, gather, maxLow)
 	}
 
+	// A backlog read in reads that leave room in the buffer, at more than
+	// floodRate: paced like a flood, not batched.
+	for range 200 {
+		now = now.Add(time.Millisecond)
+		p.read(now, 12000, false)
+	}
+	p.napped(now.Add(-napEvery))
+	if s := p.next(now); s != (step{sleep: nap}) {
+		t.Fatalf("at 12 MB/s: %+v, want a nap", s)
+	}
+
 	// A pause: the first event after it is read at once, whatever the rate
 	// was.
 	if s := p.next(now.Add(time.Second)); s != (step{}) {

@@ -93,13 +93,15 @@ func (pr *pacedReader) wait(low int, d time.Duration) (queued bool, err error) {
 		return false, err
 	}
 	first := true
-	err = pr.raw.Read(func(uintptr) bool {
-		// The first call only arms the wait: what is queued already came
-		// in segments that each found fewer than low bytes, and the next
-		// segment to arrive reports the socket readable.
-		done := !first
+	err = pr.raw.Read(func(fd uintptr) bool {
+		if !first {
+			return true // the socket was reported readable
+		}
 		first = false
-		return done
+		// Low bytes may be queued already: the sender then may send
+		// nothing more (its buffers full while reading paused), and no
+		// segment would come to report the socket readable.
+		return queuedBytes(fd) >= low
 	})
 	if derr := pr.conn.SetReadDeadline(pr.deadline); derr != nil {
 		return false, derr
