@@ -7,8 +7,13 @@
 //     also maps, produces to Kafka and waits for the acks).
 //  2. Steady load: writers at fixed rates; the streamer's commit→ack latency,
 //     CPU per event and memory, after the same load read by a Go reader
-//     alone (the reference: commit to arrival, the walsender's share).
-//  3. Crash: SIGKILL under load, restart, and count what Kafka got twice.
+//     alone (the reference: commit to arrival, the walsender's share), and
+//     what each event costs: system calls, wake-ups, produce requests.
+//  3. Idle: the streamer with nothing to stream, its share of a core.
+//  4. Crash: SIGKILL under load, restart, and count what Kafka got twice.
+//
+// With -debezium it runs instead the comparison with Debezium Server
+// (debezium.go; make bench-debezium) and writes debezium.md.
 //
 // It needs a PostgreSQL superuser URL in CDC_OUTBOX_TEST_POSTGRES_URL and a
 // broker in CDC_OUTBOX_TEST_KAFKA_BROKERS; `make bench` starts local ones.
