@@ -83,7 +83,7 @@ func (j *javaProcess) failure(what string) error {
 	if len(lines) > 25 {
 		lines = lines[len(lines)-25:]
 	}
-	return fmt.Errorf("Debezium Server %s (exit: %v); last log lines (%s):\n  %s", what, j.waitErr, j.logPath, strings.Join(lines, "\n  "))
+	return fmt.Errorf("debezium server %s (exit: %v); last log lines (%s):\n  %s", what, j.waitErr, j.logPath, strings.Join(lines, "\n  "))
 }
 
 // debeziumConfig is Debezium Server's application.properties for one run.
