@@ -290,7 +290,7 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn, pr *pacedReade
 		default:
 		}
 		if ctx.Err() != nil {
-			return s.shutdown(conn)
+			return s.shutdown(conn, pr)
 		}
 		now := time.Now()
 		if received {
@@ -347,7 +347,7 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn, pr *pacedReade
 					// the fix begins at that row's transaction: rows written
 					// before a schema change, still unconfirmed, would
 					// otherwise meet the configuration made for after it.
-					s.settle(conn)
+					s.settle(conn, pr)
 				}
 				return err
 			}
@@ -482,8 +482,8 @@ func nextStatus(now time.Time, confirmed, lastSent pglogrepl.LSN, lastSentAt tim
 
 // shutdown stops reading, waits up to ShutdownTimeout for in-flight records
 // while keeping status updates flowing, then sends the final position.
-func (s *Stream) shutdown(conn *pgconn.PgConn) error {
-	if err := s.drain(conn); err != nil {
+func (s *Stream) shutdown(conn *pgconn.PgConn, pr *pacedReader) error {
+	if err := s.drain(conn, pr); err != nil {
 		return err
 	}
 	s.log.Info("stopped", "confirmed_lsn", s.lastSent)
@@ -492,7 +492,7 @@ func (s *Stream) shutdown(conn *pgconn.PgConn) error {
 
 // drain waits up to ShutdownTimeout for in-flight records while keeping
 // status updates flowing, then sends the final position.
-func (s *Stream) drain(conn *pgconn.PgConn) error {
+func (s *Stream) drain(conn *pgconn.PgConn, pr *pacedReader) error {
 	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
 	for s.h.InFlight() > 0 && time.Now().Before(deadline) {
 		t := time.NewTimer(s.cfg.StatusInterval)
@@ -512,14 +512,37 @@ func (s *Stream) drain(conn *pgconn.PgConn) error {
 	if n := s.h.InFlight(); n > 0 {
 		s.log.Warn("shutdown timeout: records still in flight will be sent again on the next start", "in_flight", n)
 	}
-	return s.status(conn, time.Now(), true)
+	if err := s.status(conn, time.Now(), true); err != nil {
+		return err
+	}
+	s.endCopy(conn, pr)
+	return nil
+}
+
+// endCopyTimeout bounds the wait for the server's answer to CopyDone.
+const endCopyTimeout = 5 * time.Second
+
+// endCopy ends the replication stream as the protocol does: CopyDone, then
+// the server's answer. The server handles messages in order, so once it
+// answers it has the final status update. Closing the connection instead
+// can lose that update: the walsender sends on until it sees CopyDone, a
+// socket closed with unread bytes is reset, and the reset discards what the
+// server had not read yet. A server that does not answer in time is left
+// to notice the closed connection.
+func (s *Stream) endCopy(conn *pgconn.PgConn, pr *pacedReader) {
+	if err := pr.setDeadline(time.Now().Add(endCopyTimeout)); err != nil {
+		return
+	}
+	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
+		s.log.Debug("ending the replication stream", "error", err)
+	}
 }
 
 // settle is drain on the way out with another error: the records before a
 // row that stops the stream get their acks and their position confirmed,
 // as far as the broker allows within ShutdownTimeout.
-func (s *Stream) settle(conn *pgconn.PgConn) {
-	if err := s.drain(conn); err != nil {
+func (s *Stream) settle(conn *pgconn.PgConn, pr *pacedReader) {
+	if err := s.drain(conn, pr); err != nil {
 		s.log.Warn("could not confirm the events before the stopping row; they will be sent again on the next start", "error", err)
 		return
 	}
