@@ -13,7 +13,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 LIB_MODULES := outbox idempotency consume consume/consumeprom
 in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 
-.PHONY: build demo test test-unit lint fuzz clean bench bench-debezium
+.PHONY: build demo test test-pg test-stress test-unit lint fuzz clean bench bench-debezium
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -23,15 +23,47 @@ build:
 demo:
 	scripts/demo.sh
 
-# Every test, against a real PostgreSQL and a real Kafka (started here unless
-# CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point elsewhere).
+# The PostgreSQL major every test runs on: the machine's binaries of that
+# major when it has them, else downloaded once (scripts/postgres.sh).
+PG_VERSION ?= 15
+# The majors the core end-to-end tests then run on, each against a fresh
+# cluster of its own (scripts/test-versions.sh) and the same Kafka.
+PG_MATRIX  ?= 14 16 17 18
+# The core tests, a go test -run pattern: streaming and verifying, SIGKILL
+# cycles, PostgreSQL restarts and crashes, bad rows, schema changes, hot
+# standby, the slot's lifecycle (dropped, WAL lost, invalidated), status,
+# the role and TLS setups, and the outbox's table shapes (partitioned,
+# renamed, quoted, shared publications) and sources, which PostgreSQL
+# versions differ in. (The failover tests are not among them: they start a
+# primary and a standby of their own, of the majors they need, 16 to 18,
+# in the full suite.)
+CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused)$$
+
+# Every test but the end-to-end ones, then those, verbosely.
 # -p 1: fault tests stop the shared servers, so packages take turns. The
 # end-to-end tests run last and verbosely, so each fault test's verifier line
 # (expected, missing, duplicates, order violations) is in the output.
+SUITE = $(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -v /e2e$$) && \
+	$(call in_libs,test -race -count=1 -p 1 -timeout 60m ./...) && \
+	scripts/test-versions.sh current $(GO) test -race -count=1 -timeout 60m -v ./e2e
+
+# Every test on PostgreSQL $(PG_VERSION), then the core tests on each major of
+# PG_MATRIX, against a real PostgreSQL and a real Kafka (started here unless
+# CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point
+# elsewhere). Each run ends with a line per version: tests, passed, time.
 test:
-	scripts/with-servers.sh sh -c '$(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -v /e2e$$) && \
-		$(call in_libs,test -race -count=1 -p 1 -timeout 60m ./...) && \
-		$(GO) test -race -count=1 -timeout 60m -v ./e2e'
+	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE) && \
+		scripts/test-versions.sh "$(PG_MATRIX)" $(GO) test -race -count=1 -p 1 -timeout 30m -v -run "$(CORE_TESTS)" ./e2e ./cmd/cdc-outbox'
+
+# Every test on one PostgreSQL major: make test-pg PG_VERSION=17
+test-pg:
+	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE)'
+
+# The end-to-end tests while CPU burners keep every core busy
+# (scripts/burn-cpu.sh): a test that waits on luck fails here first.
+test-stress:
+	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh scripts/burn-cpu.sh \
+		scripts/test-versions.sh current $(GO) test -race -count=1 -timeout 60m -v ./e2e
 
 # The tests that need no server, in seconds.
 test-unit:
@@ -67,8 +99,10 @@ bench-debezium:
 	scripts/debezium.sh fetch
 	scripts/with-servers.sh $(GO) run ./bench -debezium
 
-# Stops and removes the local servers' data; the downloaded Kafka jars stay.
+# Stops and removes the local servers' data (every PostgreSQL major's); the
+# downloaded Kafka jars and PostgreSQL binaries stay.
 clean:
 	-scripts/postgres.sh destroy
+	-for v in 14 15 16 17 18; do PG_VERSION=$$v scripts/postgres.sh destroy; done
 	-scripts/kafka.sh destroy
 	rm -rf bin

@@ -49,6 +49,7 @@ var badRows = []badRow{
 	{"empty aggregate id", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', '', 'E', '{}') RETURNING id::text`, `"aggregate_id"`, ""},
 	{"invalid topic", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('no/such topic', 'a1', 'E', '{}') RETURNING id::text`, "topic", ""},
 	{"larger than the broker accepts", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'E', '"' || repeat('x', 1100000) || '"') RETURNING id::text`, "max-record-bytes", ""},
+	{"reserved header keys", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('payment', 'a1', 'E', '{}', '{"id": "x", "event_type": "y"}') RETURNING id::text`, `has key "id", a header cdc-outbox sets itself`, ""},
 	{"invalid UTF-8 key", `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', E'caf\xe9', 'E', '{}') RETURNING id::text`, `"aggregate_id": is not valid UTF-8`, sqlASCII},
 }
 
@@ -74,6 +75,7 @@ func TestBadInputFail(t *testing.T) {
 			if !strings.Contains(log, "bad event "+id+" at LSN ") || !strings.Contains(log, bad.cause) {
 				t.Fatalf("the error lacks event %s, its LSN or %q:\n%s", id, bad.cause, log)
 			}
+			e.waitSlotInactive()
 			if confirmed, _ := e.slotLSNs(); confirmed >= after {
 				t.Fatalf("the slot confirmed %d, past the bad event (WAL at %d after it)", confirmed, after)
 			}
@@ -150,5 +152,46 @@ func TestBadEventResumesAfterFix(t *testing.T) {
 	if v.missing != 0 {
 		t.Fatalf("after the fix: %s; missing %v", v, v.missingIDs)
 	}
+	s.stop()
+}
+
+// TestDeadLetterRecordSizedAfterEncoding: bad rows whose text JSON escapes
+// heavily (control characters take six bytes) are set aside in
+// dead-letter records that fit --max-record-bytes as encoded: a 300,000-byte
+// payload of \x01<>& (675,000 bytes as JSON) whole, a 600,000-byte one
+// (1,350,000 bytes as JSON) with the payload left out and its size noted.
+// Each is logged as sent only once the broker has it.
+func TestDeadLetterRecordSizedAfterEncoding(t *testing.T) {
+	t.Parallel()
+	e := badRow{}.env(t)
+	dlq := e.prefix + ".dead-letter"
+	s := e.start("--on-bad-event", "dead-letter", "--dead-letter-topic", dlq)
+	e.waitStreaming()
+	ctx := testenv.Context(t)
+	var ids [2]string
+	for i, n := range []int{75_000, 150_000} {
+		if err := e.pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+			VALUES ('payment', 'a1', 'E', repeat(E'\x01<>&', $1)) RETURNING id::text`, n).Scan(&ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readN(t, dlq, 2, time.Minute)
+	if len(got) != 2 || header(got[0], "id") != ids[0] || header(got[1], "id") != ids[1] {
+		t.Fatalf("dead-letter topic: want events %v, got %v", ids, describe(got))
+	}
+	for _, r := range got {
+		if size := len(r.Value) + len(r.Key); size > 1048576 {
+			t.Fatalf("dead-letter record of event %s is %d bytes, over --max-record-bytes", header(r, "id"), size)
+		}
+	}
+	if v := string(got[0].Value); !strings.Contains(v, strings.Repeat(`\u0001<>&`, 1000)) {
+		t.Fatalf("the first dead-letter record lacks the payload as it was: %.300s", v)
+	}
+	if v := string(got[1].Value); !strings.Contains(v, `"payload":{"omitted_bytes":600000}`) {
+		t.Fatalf("the second dead-letter record does not note the payload left out: %.300s", v)
+	}
+	eventually(t, 30*time.Second, "both to be logged as sent", func() bool {
+		return strings.Count(s.logText(), "bad event sent to the dead-letter topic") == 2
+	})
 	s.stop()
 }

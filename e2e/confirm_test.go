@@ -117,6 +117,7 @@ func TestBadEventFail(t *testing.T) {
 	if !strings.Contains(log, "bad event "+badID+" at LSN ") || !strings.Contains(log, "--on-bad-event=dead-letter") {
 		t.Fatalf("the error does not name event %s, its LSN and the way out:\n%s", badID, log)
 	}
+	e.waitSlotInactive()
 	if confirmed, _ := e.slotLSNs(); confirmed >= before {
 		t.Fatalf("the slot confirmed %d, past the bad event (WAL was at %d after it)", confirmed, before)
 	}

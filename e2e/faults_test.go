@@ -27,7 +27,7 @@ func TestStatusUpdatesFlowUnderBackpressure(t *testing.T) {
 	if err := wl.write(ctx, 1, 200, 10, "payment", false); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(6 * time.Second) // three walsender timeouts
+	time.Sleep(6 * time.Second) // the fault's length (three walsender timeouts), not a wait for a condition
 	resume()
 
 	wl.check([]string{"payment"}, "after a 6s broker pause")
@@ -110,7 +110,7 @@ func TestBrokerKilledUnderLoad(t *testing.T) {
 	for w := 1; w <= 2; w++ {
 		go func() { writing <- wl.write(ctx, w, 1000, 10, "payment", false) }()
 	}
-	time.Sleep(300 * time.Millisecond)
+	wl.progress(t, 100) // the writers commit while the broker dies
 	start := brokerFault(t, "kill", "start")
 	for w := 1; w <= 2; w++ {
 		if err := <-writing; err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -456,6 +457,50 @@ func (e *env) slotLSNs() (confirmed, current int64) {
 		e.t.Fatalf("read slot %s: %v", e.slot, err)
 	}
 	return confirmed, current
+}
+
+// waitSlotInactive waits until the walsender of a streamer that stopped
+// has released the slot (testenv.WaitSlotInactive): only then is the
+// slot's confirmed position final and the slot free to drop.
+func (e *env) waitSlotInactive() {
+	e.t.Helper()
+	testenv.WaitSlotInactive(e.t, e.url, e.slot)
+}
+
+// pendingIDs are the ids of the outbox rows the slot streams next, oldest
+// first (testenv.PendingInserts): after the streamer stopped on a row, the
+// rows it confirmed are not among them and the rows it did not are.
+func (e *env) pendingIDs() []string {
+	e.t.Helper()
+	e.waitSlotInactive()
+	var ids []string
+	for _, line := range testenv.PendingInserts(e.t, e.url, e.slot, "public.outbox") {
+		m := pendingID.FindStringSubmatch(line)
+		if m == nil {
+			e.t.Fatalf("no id in the pending insert %q", line)
+		}
+		ids = append(ids, m[1])
+	}
+	return ids
+}
+
+var pendingID = regexp.MustCompile(`^table public\.outbox: INSERT: id\[bigint\]:(\d+) `)
+
+// serverMajor is the test server's major version (14 for 14.23).
+func (e *env) serverMajor() int {
+	e.t.Helper()
+	return testenv.ServerMajor(e.t, e.url)
+}
+
+// ids runs a query returning one text column, the test fails on error.
+func (e *env) ids(query string) []string {
+	e.t.Helper()
+	rows, _ := e.pool.Query(testenv.Context(e.t), query)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		e.t.Fatalf("%s: %v", query, err)
+	}
+	return ids
 }
 
 // currentLSN is the server's WAL position now, as a byte position.

@@ -36,7 +36,7 @@ func TestSIGKILLCycles(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for cycle := 0; cycle < cycles; cycle++ {
 		s := e.start("--max-inflight-events", strconv.Itoa(inflight))
-		time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+		time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond) // the kill's moment, not a wait for a condition
 		s.kill()
 	}
 	for w := 0; w < 4; w++ {
@@ -71,10 +71,13 @@ func TestPostgresCrashUnderLoad(t *testing.T) {
 	for w := 0; w < 3; w++ {
 		go func() { writing <- wl.writeThroughFaults(ctx, w, 1500, 1+w*10, "payment") }()
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Each fault at a point of progress, not of time: while the writers
+	// commit and the streamer streams, whatever the machine's speed.
+	wl.progress(t, 100)
 	testenv.ControlPostgres(t, "kill")
 	testenv.ControlPostgres(t, "start")
-	time.Sleep(time.Second)
+	e.waitStreaming()
+	wl.progress(t, 100)
 	testenv.ControlPostgres(t, "restart")
 	for w := 0; w < 3; w++ {
 		if err := <-writing; err != nil {
@@ -152,10 +155,7 @@ func TestSlotDroppedWhileRunning(t *testing.T) {
 	e := newEnv(t)
 	s := e.start()
 	e.waitStreaming()
-	// Wait for the walsender to exit, then drop before the streamer's first
-	// reconnect (at least 50 ms later).
-	testenv.Exec(t, e.url, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots WHERE slot_name = $1`, e.slot)
-	testenv.Exec(t, e.url, `SELECT pg_drop_replication_slot($1)`, e.slot)
+	testenv.TerminateAndDropSlot(t, e.url, e.slot)
 	if err := s.exited(60 * time.Second); err == nil {
 		t.Fatal("the streamer exited 0 after its slot was dropped")
 	}
@@ -181,7 +181,7 @@ func TestDroppedSlotIsNotRecreatedSilently(t *testing.T) {
 	s := e.start()
 	e.waitStreaming()
 	s.stop()
-	testenv.Exec(t, e.url, `SELECT pg_drop_replication_slot($1)`, e.slot)
+	testenv.DropSlot(t, e.url, e.slot)
 
 	s = e.start()
 	if err := s.exited(60 * time.Second); err == nil {

@@ -117,7 +117,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for cycle := 0; cycle < 5; cycle++ {
 		s := e.start()
-		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond) // the kill's moment, not a wait for a condition
 		s.kill()
 	}
 	for w := 0; w < 4; w++ {

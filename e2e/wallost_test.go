@@ -83,18 +83,18 @@ func TestWALLostWhileStopped(t *testing.T) {
 		t.Fatal("the streamer exited 0 on a slot that lost its WAL")
 	}
 	log := s.logText()
-	for _, want := range []string{`lost WAL it still needed (wal_status lost)`, "skipped, not delayed", "re-publish the outbox rows", "--recreate-slot", "max_slot_wal_keep_size"} {
+	wants := []string{`lost WAL it still needed (wal_status lost)`, "skipped, not delayed", "re-publish the outbox rows", "--recreate-slot", "max_slot_wal_keep_size"}
+	if e.serverMajor() >= 17 {
+		wants = append(wants, "(invalidation_reason wal_removed)")
+	}
+	for _, want := range wants {
 		if !strings.Contains(log, want) {
 			t.Errorf("the error does not say %q:\n%s", want, log)
 		}
 	}
 
 	// cdc-outbox status agrees: exit 1, verdict wal_lost.
-	out, err := exec.Command(binary, "status", "--postgres-url", e.url, "--slot", e.slot).CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !regexp.MustCompile(`verdict:\s+wal lost`).Match(out) || !strings.Contains(string(out), "--recreate-slot") {
-		t.Errorf("cdc-outbox status on the lost slot: %v\n%s", err, out)
-	}
+	e.checkStatusLost("wal_removed", "max_slot_wal_keep_size")
 
 	s = e.start("--recreate-slot")
 	e.waitStreaming()
@@ -122,7 +122,8 @@ func TestWALLostWhileStopped(t *testing.T) {
 // slot poller reports the slot's wal_status as it turns unreserved (error
 // log, cdc_outbox_slot_wal_status), and when the checkpoint invalidates the
 // slot (PostgreSQL ends the walsender for it), the reconnect meets the
-// server's "cannot read from logical replication slot ... invalidated" and the
+// server's refusal to stream from an invalidated slot (its words differ
+// between versions; 17+ name the reason in pg_replication_slots) and the
 // streamer stops with the same explained error as at start.
 func TestWALLostWhileKafkaDown(t *testing.T) {
 	t.Parallel()
@@ -160,10 +161,89 @@ func TestWALLostWhileKafkaDown(t *testing.T) {
 		t.Fatal("the streamer exited 0 after its slot lost its WAL")
 	}
 	log := s.logText()
-	for _, want := range []string{"lost WAL it still needed (wal_status lost)", "--recreate-slot",
-		"cannot read from logical replication slot", "invalidated because it exceeded the maximum reserved size"} {
+	wants := []string{"lost WAL it still needed (wal_status lost)", "--recreate-slot", "max_slot_wal_keep_size"}
+	switch major := e.serverMajor(); {
+	case major >= 17: // the reason by name, from pg_replication_slots
+		wants = append(wants, "(invalidation_reason wal_removed)")
+	default: // the server's own words (14 to 16)
+		wants = append(wants, "invalidated because it exceeded the maximum reserved size")
+	}
+	for _, want := range wants {
 		if !strings.Contains(log, want) {
 			t.Errorf("the error does not say %q:\n%s", want, log)
 		}
 	}
+}
+
+// checkStatusLost runs cdc-outbox status on the invalidated slot: exit 1,
+// verdict wal lost, what happened and how to recover; from PostgreSQL 17
+// on, the invalidation reason by name.
+func (e *env) checkStatusLost(reason, why string) {
+	e.t.Helper()
+	out, err := exec.Command(binary, "status", "--postgres-url", e.url, "--slot", e.slot).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !regexp.MustCompile(`verdict:\s+wal lost`).Match(out) ||
+		!strings.Contains(string(out), "--recreate-slot") || !strings.Contains(string(out), why) {
+		e.t.Errorf("cdc-outbox status on the invalidated slot: %v\n%s", err, out)
+	}
+	if e.serverMajor() >= 17 && !regexp.MustCompile(`invalidation_reason:\s+`+reason).Match(out) {
+		e.t.Errorf("cdc-outbox status does not name the invalidation reason %s:\n%s", reason, out)
+	}
+}
+
+// TestSlotInvalidatedWhileIdle (PostgreSQL 18+): a slot left inactive
+// longer than idle_replication_slot_timeout is invalidated at the next
+// checkpoint, and the WAL it held goes. The next start stops with an error
+// that names the reason (invalidation_reason idle_timeout), what it costs
+// and what prevents it; cdc-outbox status says the same. --recreate-slot
+// then streams what commits afterwards.
+func TestSlotInvalidatedWhileIdle(t *testing.T) {
+	t.Parallel()
+	// The test's cluster is of the shared server's version; an older one
+	// would refuse to start with the setting.
+	if major := testenv.ServerMajor(t, testenv.PostgresURL(t)); major < 18 {
+		t.Skipf("PostgreSQL %d has no idle_replication_slot_timeout (18+); make test runs this on 18", major)
+	}
+	c := testenv.Cluster(t, testenv.ClusterOptions{Config: []string{"idle_replication_slot_timeout = '1s'"}})
+	e := newEnvAt(t, c.URL)
+	ctx := testenv.Context(t)
+	s := e.start()
+	e.waitStreaming()
+	newWorkload(e).prime(ctx)
+	s.stop()
+	e.waitSlotInactive()
+	if err := newWorkload(e).write(ctx, 1, 10, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "a checkpoint to invalidate the idle slot", func() bool {
+		testenv.Exec(t, e.url, `CHECKPOINT`)
+		var reason string
+		err := e.pool.QueryRow(ctx, `SELECT coalesce(invalidation_reason, '') FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&reason)
+		if err != nil {
+			t.Fatalf("read invalidation_reason: %v", err)
+		}
+		return reason == "idle_timeout"
+	})
+
+	s = e.start()
+	if err := s.exited(60 * time.Second); err == nil {
+		t.Fatal("the streamer exited 0 on an invalidated slot")
+	}
+	log := s.logText()
+	for _, want := range []string{"(invalidation_reason idle_timeout)", "inactive longer than idle_replication_slot_timeout",
+		"skipped, not delayed", "--recreate-slot", "raise idle_replication_slot_timeout"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the error does not say %q:\n%s", want, log)
+		}
+	}
+	e.checkStatusLost("idle_timeout", "idle_replication_slot_timeout")
+
+	s = e.start("--recreate-slot")
+	e.waitStreaming()
+	after := newWorkload(e)
+	if err := after.write(ctx, 2, 20, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	after.check([]string{"payment"}, "after --recreate-slot")
+	s.stop()
 }

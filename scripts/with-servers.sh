@@ -7,7 +7,8 @@
 # CDC_OUTBOX_TEST_KAFKA_BROKERS) is used as it is. Otherwise the local one is
 # started (scripts/postgres.sh, scripts/kafka.sh), its address exported, and it
 # is stopped again when the command ends, whether it passed or not (one that
-# was already running is left running). For the
+# was already running is left running). PG_VERSION picks the local
+# PostgreSQL's major (scripts/postgres.sh). For the
 # local servers CDC_OUTBOX_TEST_POSTGRES_CTL / CDC_OUTBOX_TEST_KAFKA_CTL name
 # the control scripts, so fault tests can stop, kill and restart them.
 #

@@ -51,6 +51,13 @@ GRANT CONNECT ON DATABASE :"DBNAME" TO :"role";
 -- exists). USAGE on a schema allows name lookups only, no access to any
 -- table in it. PUBLIC has it on schema public by default; an outbox in a
 -- schema of its own needs this line with that schema.
+--
+-- Up to PostgreSQL 14, PUBLIC also has CREATE on schema public, so this
+-- role (like every role) can create tables there; no grant can take that
+-- from one role alone. PostgreSQL 15 revoked it; on 14, do what 15 does,
+-- once, if no other role relies on it:
+--
+--   REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO :"role";
 
 -- No SELECT on the outbox table, nor on anything else: the walsender reads

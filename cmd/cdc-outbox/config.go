@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 )
 
@@ -22,6 +23,7 @@ type runConfig struct {
 	CreatePublication bool
 	CreateSlot        bool
 	RecreateSlot      bool
+	SlotFailover      bool
 
 	KafkaBrokers          string
 	KafkaLinger           time.Duration
@@ -64,46 +66,18 @@ type runConfig struct {
 func runFlags(c *runConfig) *flags {
 	f := newFlags("cdc-outbox run", "Stream inserts of a PostgreSQL outbox table to Kafka through logical replication.\n"+
 		"A WAL position is confirmed to PostgreSQL only after Kafka acknowledged every event up to it.")
-	m := mapping.DefaultConfig()
-
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
-	f.String(&c.Table, "table", "public.outbox", "outbox `table`, schema-qualified")
+	f.String(&c.Table, "table", "public.outbox", tableHelp)
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
-	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert')) when it is missing")
+	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")
 	f.Bool(&c.CreateSlot, "create-slot", true, "create the replication slot (pgoutput) when it is missing")
 	f.Bool(&c.RecreateSlot, "recreate-slot", false, "create the slot again when cdc-outbox made it before and it is gone, or drop and create it again when it lost its WAL (wal_status lost); changes in between are NOT streamed")
+	f.Bool(&c.SlotFailover, "slot-failover", true, "on PostgreSQL 17+, make the slot a failover slot (created with failover = true, or switched to it at start), "+
+		"which PostgreSQL synchronizes to standbys with sync_replication_slots = on; ignored, with a note, on 14-16")
 
-	f.String(&c.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated")
-	f.Duration(&c.KafkaLinger, "kafka-linger", 5*time.Millisecond, "how long a batch waits for more records")
-	f.String(&c.KafkaCompression, "kafka-compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
-	f.Bool(&c.KafkaAutoCreateTopics, "kafka-auto-create-topics", true, "let the broker create missing topics (where its auto.create.topics.enable allows)")
-	f.Int(&c.MaxRecordBytes, "max-record-bytes", 1048576, "largest record to send, in `bytes`; keep it at or below the broker's message.max.bytes. Larger rows are bad events")
-
-	f.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to the brokers with TLS (their SSL or SASL_SSL listener), verifying their certificates with the system's CAs or --kafka-tls-ca-file")
-	f.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM `file` of the CA certificates that verify the brokers, instead of the system's; needs --kafka-tls")
-	f.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM `file` of a client certificate, for brokers that require one (ssl.client.auth); needs --kafka-tls-key-file")
-	f.String(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM `file` of the client certificate's private key")
-	f.String(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "host `name` the brokers' certificates must be valid for; default: the host of each broker address")
-	f.String(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", saslNone, "SASL mechanism: none, plain, scram-sha-256 or scram-sha-512 (use TLS with plain: it sends the password as it is)")
-	f.String(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL `user` name")
-	f.String(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL `password`; a command line is visible to other users of the machine: prefer --kafka-sasl-password-file")
-	f.String(&c.KafkaSASLPasswordFile, "kafka-sasl-password-file", "", "`file` holding the SASL password, read at start; a trailing newline is not part of it")
-
-	f.String(&c.Mapping.Topic, "topic", m.Topic, "topic `template`; {column} is replaced by that column's value")
-	f.String(&c.Source, "source", "", "`name` of this outbox in the source header of every record, with which consumers tell its event ids from other outboxes'; "+
-		"default <system identifier>/<database OID>/<table OID>, unique to the table and kept across restarts, failover and renames")
-	f.String(&c.Mapping.IDColumn, "column-id", m.IDColumn, "event id `column` (header id)")
-	f.String(&c.Mapping.AggregateTypeColumn, "column-aggregate-type", m.AggregateTypeColumn, "aggregate type `column` (header aggregate_type)")
-	f.String(&c.Mapping.AggregateIDColumn, "column-aggregate-id", m.AggregateIDColumn, "aggregate id `column` (the record key)")
-	f.String(&c.Mapping.EventTypeColumn, "column-event-type", m.EventTypeColumn, "event type `column` (header event_type)")
-	f.String(&c.Mapping.PayloadColumn, "column-payload", m.PayloadColumn, "payload `column` (the record value): jsonb, json, text or bytea")
-	f.String(&c.Mapping.HeadersColumn, "column-headers", m.HeadersColumn, "optional json `column` whose keys become extra headers")
-	f.String(&c.Mapping.CreatedAtColumn, "column-created-at", m.CreatedAtColumn, "optional timestamp `column` (the record timestamp)")
-	c.Mapping.MaxHeaderBytes = m.MaxHeaderBytes
-
-	f.String(&c.OnBadEvent, "on-bad-event", pipeline.Fail, "what to do with a row that cannot be published: fail (stop, confirm nothing past it) or dead-letter")
-	f.String(&c.DeadLetterTopic, "dead-letter-topic", "outbox.dead-letter", "`topic` for bad rows under --on-bad-event=dead-letter")
+	kafkaFlags(f, c)
+	mappingFlags(f, c)
 
 	f.Int(&c.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading pauses")
 	f.Int(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "`bytes` sent but not yet acknowledged before reading pauses")
@@ -120,9 +94,64 @@ func runFlags(c *runConfig) *flags {
 	f.Bool(&c.Pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP endpoint (CPU and allocation profiles)")
 	f.Duration(&c.SlotPollInterval, "slot-poll-interval", 15*time.Second, "how often to read the slot's retained WAL and wal_status for metrics")
 
+	logFlags(f, c)
+	return f
+}
+
+// kafkaFlags are the producer's flags, run's and republish's.
+func kafkaFlags(f *flags, c *runConfig) {
+	f.String(&c.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated")
+	f.Duration(&c.KafkaLinger, "kafka-linger", 5*time.Millisecond, "how long a batch waits for more records")
+	f.String(&c.KafkaCompression, "kafka-compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
+	f.Bool(&c.KafkaAutoCreateTopics, "kafka-auto-create-topics", true, "let the broker create missing topics (where its auto.create.topics.enable allows)")
+	f.Int(&c.MaxRecordBytes, "max-record-bytes", 1048576, "largest record to send, in `bytes`; keep it at or below the broker's message.max.bytes. Larger rows are bad events")
+
+	f.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to the brokers with TLS (their SSL or SASL_SSL listener), verifying their certificates with the system's CAs or --kafka-tls-ca-file")
+	f.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM `file` of the CA certificates that verify the brokers, instead of the system's; needs --kafka-tls")
+	f.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM `file` of a client certificate, for brokers that require one (ssl.client.auth); needs --kafka-tls-key-file")
+	f.String(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM `file` of the client certificate's private key")
+	f.String(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "host `name` the brokers' certificates must be valid for; default: the host of each broker address")
+	f.String(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", saslNone, "SASL mechanism: none, plain, scram-sha-256 or scram-sha-512 (use TLS with plain: it sends the password as it is)")
+	f.String(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL `user` name")
+	f.String(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL `password`; a command line is visible to other users of the machine: prefer --kafka-sasl-password-file")
+	f.String(&c.KafkaSASLPasswordFile, "kafka-sasl-password-file", "", "`file` holding the SASL password, read at start; a trailing newline is not part of it")
+}
+
+// mappingFlags say how a row becomes a record and what becomes of a row
+// that cannot, for run and republish alike: both must produce the same
+// records.
+func mappingFlags(f *flags, c *runConfig) {
+	m := mapping.DefaultConfig()
+	f.String(&c.Mapping.Topic, "topic", m.Topic, "topic `template`; {column} is replaced by that column's value")
+	f.String(&c.Source, "source", "", "`name` of this outbox in the source header of every record, with which consumers tell its event ids from other outboxes'; "+
+		"default <system identifier>/<database OID>/<table OID>, unique to the table and kept across restarts, failover and renames")
+	f.String(&c.Mapping.IDColumn, "column-id", m.IDColumn, "event id `column` (header id)")
+	f.String(&c.Mapping.AggregateTypeColumn, "column-aggregate-type", m.AggregateTypeColumn, "aggregate type `column` (header aggregate_type)")
+	f.String(&c.Mapping.AggregateIDColumn, "column-aggregate-id", m.AggregateIDColumn, "aggregate id `column` (the record key)")
+	f.String(&c.Mapping.EventTypeColumn, "column-event-type", m.EventTypeColumn, "event type `column` (header event_type)")
+	f.String(&c.Mapping.PayloadColumn, "column-payload", m.PayloadColumn, "payload `column` (the record value): jsonb, json, text or bytea")
+	f.String(&c.Mapping.HeadersColumn, "column-headers", m.HeadersColumn, "optional json `column` whose keys become extra headers")
+	f.String(&c.Mapping.CreatedAtColumn, "column-created-at", m.CreatedAtColumn, "optional timestamp `column` (the record timestamp)")
+	c.Mapping.MaxHeaderBytes = m.MaxHeaderBytes
+
+	f.String(&c.OnBadEvent, "on-bad-event", pipeline.Fail, "what to do with a row that cannot be published: fail (stop, confirm nothing past it) or dead-letter")
+	f.String(&c.DeadLetterTopic, "dead-letter-topic", "outbox.dead-letter", "`topic` for bad rows under --on-bad-event=dead-letter")
+}
+
+// logFlags are every long-running command's.
+func logFlags(f *flags, c *runConfig) {
 	f.String(&c.LogFormat, "log-format", "text", "log format: text or json")
 	f.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	return f
+}
+
+// tableHelp is --table's, for run and status alike.
+const tableHelp = "outbox `table`: schema.table, or table in schema public; read as PostgreSQL reads a name, so unquoted parts are folded to lower case " +
+	"and a part in double quotes is taken as it is (\"Billing\".\"Outbox Events\")"
+
+// outboxTable is --table parsed; validation has checked that it parses.
+func outboxTable(table string) pgname.Name {
+	n, _ := pgname.Parse(table)
+	return n
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
@@ -140,11 +169,17 @@ func (p *problems) check(ok bool, format string, args ...any) {
 // source checks the settings run and status share: where the outbox, its
 // publication and its slot are.
 func (p *problems) source(url, table, publication, slot string) {
-	_, err := pgconn.ParseConfig(url)
-	p.check(err == nil, "--postgres-url: %v", redact(err))
-	p.check(table != "" && strings.Count(table, ".") <= 1, "--table %q: give schema.table", table)
+	p.table(url, table)
 	p.check(publication != "", "--publication is empty")
 	p.check(slotName.MatchString(slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", slot)
+}
+
+// table checks where the outbox table is.
+func (p *problems) table(url, table string) {
+	_, err := pgconn.ParseConfig(url)
+	p.check(err == nil, "--postgres-url: %v", redact(err))
+	_, err = pgname.Parse(table)
+	p.check(err == nil, "--table %q: %v", table, err)
 }
 
 // validate checks every limit in one place, at start, with messages that
@@ -153,29 +188,36 @@ func (c *runConfig) validate() error {
 	var p problems
 	check := p.check
 	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
-	check(strings.TrimSpace(c.KafkaBrokers) != "", "--kafka-brokers is empty: give host:port[,host:port...]")
-	check(validSource(c.Source), "--source %q: give 1 to 255 bytes of printable UTF-8, or leave it empty for the default", c.Source)
-	check(c.OnBadEvent == pipeline.Fail || c.OnBadEvent == pipeline.DeadLetter, "--on-bad-event %q: use fail or dead-letter", c.OnBadEvent)
-	check(c.OnBadEvent != pipeline.DeadLetter || c.DeadLetterTopic != "", "--on-bad-event=dead-letter needs --dead-letter-topic")
+	c.validateOutput(&p)
 	check(c.CPUs >= 0, "--cpus must be 0 (Go's default) or positive")
-	check(c.MaxInflightEvents > 0, "--max-inflight-events must be positive")
 	check(c.MaxInflightBytes > 0, "--max-inflight-bytes must be positive")
-	check(c.MaxRecordBytes >= 1024, "--max-record-bytes must be at least 1024")
 	check(c.StatusInterval > 0, "--status-interval must be positive")
 	check(c.KeepaliveInterval >= c.StatusInterval, "--keepalive-interval must be at least --status-interval")
 	check(c.ReceiveTimeout == 0 || c.ReceiveTimeout >= max(time.Second, 4*c.StatusInterval),
 		"--receive-timeout must be 0 (off) or at least 1s and 4 × --status-interval")
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
 	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval must be at least 1s")
+	return errors.Join(p...)
+}
+
+// validateOutput checks what run and republish share: the producer, the
+// mapping, the bad-event policy and the log.
+func (c *runConfig) validateOutput(p *problems) {
+	check := p.check
+	check(strings.TrimSpace(c.KafkaBrokers) != "", "--kafka-brokers is empty: give host:port[,host:port...]")
+	check(validSource(c.Source), "--source %q: give 1 to 255 bytes of printable UTF-8, or leave it empty for the default", c.Source)
+	check(c.OnBadEvent == pipeline.Fail || c.OnBadEvent == pipeline.DeadLetter, "--on-bad-event %q: use fail or dead-letter", c.OnBadEvent)
+	check(c.OnBadEvent != pipeline.DeadLetter || c.DeadLetterTopic != "", "--on-bad-event=dead-letter needs --dead-letter-topic")
+	check(c.MaxInflightEvents > 0, "--max-inflight-events must be positive")
+	check(c.MaxRecordBytes >= 1024, "--max-record-bytes must be at least 1024")
 	check(c.KafkaLinger >= 0, "--kafka-linger must not be negative")
-	c.validateKafkaSecurity(&p)
+	c.validateKafkaSecurity(p)
 	check(c.LogFormat == "text" || c.LogFormat == "json", "--log-format %q: use text or json", c.LogFormat)
 	_, err := parseLevel(c.LogLevel)
 	check(err == nil, "--log-level: %v", err)
 	if _, err := mapping.New(c.Mapping); err != nil {
-		p = append(p, err)
+		*p = append(*p, err)
 	}
-	return errors.Join(p...)
 }
 
 func (c *runConfig) brokers() []string {

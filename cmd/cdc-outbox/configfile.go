@@ -42,6 +42,7 @@ type fileValue struct {
 var fileCommands = []func() *flags{
 	func() *flags { return runFlags(new(runConfig)) },
 	func() *flags { return statusFlags(new(statusConfig)) },
+	func() *flags { return republishFlags(new(republishConfig)) },
 }
 
 // listFlags are the comma-separated flags, which a file may also give as a

@@ -293,7 +293,8 @@ func TestExampleConfigFile(t *testing.T) {
 	path := writeConfig(t, string(uncommented))
 	var rc runConfig
 	var sc statusConfig
-	for cmd, f := range map[string]*flags{"run": runFlags(&rc), "status": statusFlags(&sc)} {
+	var pc republishConfig
+	for cmd, f := range map[string]*flags{"run": runFlags(&rc), "status": statusFlags(&sc), "republish": republishFlags(&pc)} {
 		if err := f.parse([]string{"--config", path}, &bytes.Buffer{}); err != nil {
 			t.Fatalf("%s with every key uncommented (%s): %v", example, cmd, err)
 		}

@@ -29,6 +29,8 @@ a crash loses nothing and repeats at most the events that were in flight.
 Usage:
   cdc-outbox run [flags]    stream events (see cdc-outbox run --help)
   cdc-outbox status [flags]  show the replication slot's health (see cdc-outbox status --help)
+  cdc-outbox republish [flags]  send outbox rows again from the table, as the stream would
+                            (the repair after a lost slot; see cdc-outbox republish --help)
   cdc-outbox version        print version, commit and Go version
 
 Every flag can also be set as an environment variable (--kafka-brokers is
@@ -53,6 +55,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return runCommand(args[1:], stdout, stderr)
 	case "status":
 		return statusCommand(args[1:], stdout, stderr)
+	case "republish":
+		return republishCommand(args[1:], stdout, stderr)
 	case "version", "--version":
 		v, rev := buildVersion()
 		fmt.Fprintf(stdout, "cdc-outbox %s (commit %s, %s)\n", v, rev, runtime.Version())

@@ -56,6 +56,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext(log)
 	defer stop()
 	if err := run(ctx, &c, kafkaOpts, log); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// A signal while starting: nothing was streamed, so nothing
+			// is lost or left to drain.
+			log.Info("stopped before streaming")
+			return 0
+		}
 		log.Error("stopped with an error", "error", redact(err))
 		return 1
 	}
@@ -93,7 +99,7 @@ func (g *group) stop() {
 // and beside it the HTTP endpoint, the slot poller and the Kafka pinger.
 // kafkaOpts are the client's TLS and SASL options (kafkaSecurityOpts).
 func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logger) error {
-	schema, table := replication.SplitTable(c.Table)
+	table := outboxTable(c.Table)
 	bg := newGroup(context.Background())
 	defer bg.stop()
 
@@ -112,7 +118,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 			missing = append(missing, "not streaming from PostgreSQL (starting, reconnecting, or another instance holds the slot)")
 		}
 		if !published.Load() {
-			missing = append(missing, fmt.Sprintf("table %s is not in publication %s: its inserts are not streamed", c.Table, c.Publication))
+			missing = append(missing, fmt.Sprintf("table %s is not in publication %s, or not wholly: inserts into it are not streamed", table, c.Publication))
 		}
 		if up, reason := kafkaUp.state(); !up {
 			missing = append(missing, "Kafka does not answer metadata requests"+reason)
@@ -140,17 +146,23 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	start, err := replication.Prepare(setupCtx, c.PostgresURL, replication.Setup{
-		Table:             c.Table,
+		Table:             table,
 		Publication:       c.Publication,
 		Slot:              c.Slot,
 		CreatePublication: c.CreatePublication,
 		CreateSlot:        c.CreateSlot,
 		RecreateSlot:      c.RecreateSlot,
+		Failover:          c.SlotFailover,
 	}, log)
 	cancel()
 	if err != nil {
 		return err
 	}
+	catalog, err := openCatalog(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer catalog.Close()
 
 	source, err := resolveSource(ctx, c)
 	if err != nil {
@@ -160,15 +172,13 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 
 	tracker := checkpoint.New(start)
 	p, err := pipeline.New(pipeline.Config{
-		Schema:            schema,
-		Table:             table,
 		Mapping:           c.Mapping,
 		OnBadEvent:        c.OnBadEvent,
 		DeadLetterTopic:   c.DeadLetterTopic,
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
-	}, tracker, log)
+	}, tracker, catalog, log)
 	if err != nil {
 		return err
 	}
@@ -187,7 +197,14 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	defer snk.Close()
+	// The sink closes after the loops that use it (the Kafka pinger) and
+	// after the stream, which drained it up to --shutdown-timeout: records
+	// still buffered then fail with kgo.ErrClientClosed, which the pipeline
+	// takes for a shutdown, not for bad events.
+	defer func() {
+		bg.stop()
+		snk.Close()
+	}()
 	p.SetSink(snk)
 
 	st := replication.New(replication.Config{
@@ -202,12 +219,13 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p})
 
 	bg.goLoop(func(ctx context.Context) { pingKafka(ctx, snk, &kafkaUp, m, log) })
-	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c, &published, m, log) })
+	outbox := catalog.Outbox()
+	bg.goLoop(func(ctx context.Context) { pollSlot(ctx, c, outbox, &published, m, log) })
 
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
 	}
-	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", c.Table, "source", source, "brokers", c.KafkaBrokers,
+	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", outbox.Name.String(), "table_oid", outbox.OID, "source", source, "brokers", c.KafkaBrokers,
 		"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())
 	return st.Run(ctx)
 }
@@ -346,13 +364,34 @@ func pingKafka(ctx context.Context, snk *sink.Sink, k *kafkaState, m *metrics.Me
 	}
 }
 
+// catalogTimeout bounds one catalog lookup from the replication loop, which
+// sends no status update meanwhile: well below the default
+// wal_sender_timeout (60 s).
+const catalogTimeout = 10 * time.Second
+
+// openCatalog finds the outbox table for the stream, which asks the
+// catalog what each relation it describes is: the outbox is the table
+// --table names now, and from then on that table whatever its name.
+func openCatalog(ctx context.Context, c *runConfig) (*replication.Catalog, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return replication.OpenCatalog(ctx, replication.CatalogConfig{
+		URL:         c.PostgresURL,
+		Table:       outboxTable(c.Table),
+		Publication: c.Publication,
+		Required:    []string{c.Mapping.IDColumn, c.Mapping.AggregateTypeColumn, c.Mapping.AggregateIDColumn, c.Mapping.EventTypeColumn, c.Mapping.PayloadColumn},
+		Timeout:     catalogTimeout,
+	})
+}
+
 // pollSlot reads the slot's state on a normal connection every
 // --slot-poll-interval: retained WAL, active, wal_status. The database's
 // view is the one that matters when the streamer itself is stuck. It also
-// checks that the outbox table is still in the publication: a table dropped
-// and created again silently leaves it, and nothing would be streamed.
-func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metrics.Metrics, log *slog.Logger) {
-	schema, table := replication.SplitTable(c.Table)
+// checks that the publication still publishes the whole outbox, comparing
+// relations: a table dropped and created again silently leaves it, and a
+// partition or inheritance child the publication misses is never sent.
+func pollSlot(ctx context.Context, c *runConfig, outbox replication.Relation, published *atomic.Bool, m *metrics.Metrics, log *slog.Logger) {
+	table := outboxTable(c.Table)
 	var conn *pgx.Conn
 	var walStatus string // as last read
 	defer func() {
@@ -364,7 +403,7 @@ func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metr
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var err error
 		if conn == nil || conn.IsClosed() {
-			conn, err = pgx.Connect(qctx, c.PostgresURL)
+			conn, err = replication.ConnectPrimary(qctx, c.PostgresURL)
 			if err != nil {
 				conn = nil
 			}
@@ -373,7 +412,14 @@ func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metr
 			var info replication.SlotInfo
 			info, err = replication.ReadSlot(qctx, conn, c.Slot)
 			if err == nil {
+				if info.Invalidated() {
+					// Whatever the reason (17+: invalidation_reason; 16:
+					// conflicting), the slot can no longer stream: as
+					// good as lost, which 16+ also says in wal_status.
+					info.WALStatus = "lost"
+				}
 				m.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+				m.SlotFailover(info.Failover, info.StandbysStreaming)
 				logWALStatus(log, walStatus, info)
 				walStatus = info.WALStatus
 			} else if errors.Is(err, replication.ErrSlotMissing) {
@@ -381,13 +427,13 @@ func pollSlot(ctx context.Context, c *runConfig, published *atomic.Bool, m *metr
 			}
 		}
 		if err == nil {
-			var ok bool
-			if ok, err = replication.Publishes(qctx, conn, c.Publication, schema, table); err == nil {
-				published.Store(ok)
-				if !ok {
-					log.Error("the outbox table is not in the publication: its inserts are not streamed. Was it dropped and created again? "+
-						"Run ALTER PUBLICATION ... ADD TABLE, then re-publish the rows inserted since it left",
-						"table", c.Table, "publication", c.Publication)
+			var problem string
+			if problem, err = replication.CheckPublication(qctx, conn, c.Publication, outbox, table); err == nil {
+				published.Store(problem == "")
+				if problem != "" {
+					log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
+						"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
+						"problem", problem, "table", table.String(), "publication", c.Publication)
 				}
 			}
 		}
@@ -413,6 +459,9 @@ func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
 		return
 	}
 	attrs := []any{"slot", info.Name, "wal_status", info.WALStatus, "previous", prev, "retained_wal_bytes", info.RetainedBytes}
+	if reason := info.Reason(); reason != "" {
+		attrs = append(attrs, "invalidation_reason", reason)
+	}
 	switch info.WALStatus {
 	case "extended":
 		log.Warn("the slot holds more WAL than max_wal_size: cdc-outbox is behind (is Kafka slow or refusing?)", attrs...)
@@ -420,8 +469,9 @@ func logWALStatus(log *slog.Logger, prev string, info replication.SlotInfo) {
 		log.Error("the slot holds more WAL than max_slot_wal_keep_size allows: the next checkpoint removes WAL it still needs, "+
 			"and its events would never reach Kafka through it. Let cdc-outbox catch up (Kafka?) or raise max_slot_wal_keep_size now", attrs...)
 	case "lost":
-		log.Error("the slot lost WAL it still needed: the events in that WAL will not reach Kafka through this slot; "+
-			"cdc-outbox stops when the stream ends. Re-publish them from the outbox table, then start with --recreate-slot", attrs...)
+		what, _ := replication.Invalidation(info.Reason())
+		log.Error("the slot is invalidated: "+what+". The events it had not streamed will not reach Kafka through this slot; "+
+			"cdc-outbox stops when the stream ends. Start with --recreate-slot, then re-publish them from the outbox table with cdc-outbox republish", attrs...)
 	case "reserved":
 		if prev == "extended" || prev == "unreserved" {
 			log.Info("the slot's WAL is within max_wal_size again", attrs...)

@@ -7,8 +7,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 )
 
@@ -49,21 +47,21 @@ func resolveSource(ctx context.Context, c *runConfig) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.PostgresURL)
+	conn, err := replication.ConnectPrimary(ctx, c.PostgresURL)
 	if err != nil {
 		return "", fmt.Errorf("connect to PostgreSQL to derive the default --source: %w", replication.ExplainConnect(err))
 	}
 	defer conn.Close(context.Background())
-	schema, table := replication.SplitTable(c.Table)
+	table := outboxTable(c.Table)
 	var source *string
 	err = conn.QueryRow(ctx, `SELECT (SELECT system_identifier FROM pg_control_system())::text
 		|| '/' || (SELECT oid FROM pg_database WHERE datname = current_database())::text
-		|| '/' || to_regclass($1)::oid::text`, pgx.Identifier{schema, table}.Sanitize()).Scan(&source)
+		|| '/' || to_regclass($1)::oid::text`, table.Quoted()).Scan(&source)
 	switch {
 	case err != nil:
 		return "", fmt.Errorf("derive the default --source from table %s: %w (or set --source)", c.Table, err)
 	case source == nil:
-		return "", fmt.Errorf("derive the default --source: table %s.%s does not exist", schema, table)
+		return "", fmt.Errorf("derive the default --source: table %s does not exist", table)
 	}
 	return *source, nil
 }

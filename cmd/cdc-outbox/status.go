@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/pgname"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 )
 
@@ -35,7 +36,7 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
-	f.String(&c.Table, "table", "public.outbox", "outbox `table`, schema-qualified")
+	f.String(&c.Table, "table", "public.outbox", tableHelp)
 	f.Bool(&c.JSON, "json", false, "print one JSON object instead of text")
 	f.Duration(&c.Timeout, "timeout", 10*time.Second, "give up connecting and reading after this long")
 	return f
@@ -80,13 +81,28 @@ const (
 //	retained_wal_bytes   current_wal_lsn - restart_lsn: WAL the server keeps for the slot
 //	retained_wal         retained_wal_bytes, human-readable ("1.5 GiB")
 //	wal_status           reserved, extended, unreserved or lost
+//	invalidation_reason  why PostgreSQL invalidated the slot (17+): wal_removed, rows_removed,
+//	                     wal_level_insufficient, idle_timeout (18+); "" while valid or on older servers
+//	conflicting          a logical slot on a standby invalidated by a conflict with recovery (16+;
+//	                     false on older servers)
+//	inactive_since       when the slot was last released (17+), RFC 3339 in UTC; "" while active
+//	                     or on older servers
+//	failover             a failover slot (17+): standbys with sync_replication_slots = on keep a copy
+//	synced               the slot is such a copy: read on a standby (or on one promoted since)
+//	server_in_recovery   the server read is a standby
+//	synchronized_standby_slots  the server's setting (17+): the standbys' physical slots the
+//	                     logical walsenders wait for; "" when unset or on older servers
+//	standbys_streaming   every slot synchronized_standby_slots names exists and is active
 //	publication          --publication
 //	publication_exists   whether pg_publication has it
 //	publishes_inserts    whether the publication publishes inserts
-//	publication_tables   its tables as schema.table, from pg_publication_tables ([] when none)
+//	publication_tables   its tables as schema.table (a part in double quotes where
+//	                     it needs them), from pg_publication_tables ([] when none)
 //	table                --table, as schema.table
 //	table_exists         whether the outbox table exists
-//	table_in_publication whether the publication contains the outbox table
+//	table_in_publication whether the publication publishes every insert into
+//	                     the outbox table (for a partitioned one, into each
+//	                     partition), comparing relations, not names
 //	table_rows_estimate  the table's pg_class.reltuples; -1 when unknown
 //	                     (never analyzed, or no such table)
 //
@@ -113,6 +129,19 @@ type statusReport struct {
 	RetainedWALBytes  int64  `json:"retained_wal_bytes"`
 	RetainedWAL       string `json:"retained_wal"`
 	WALStatus         string `json:"wal_status"`
+	// Since PostgreSQL 16 and 17; zero on older servers.
+	InvalidationReason string `json:"invalidation_reason"`
+	Conflicting        bool   `json:"conflicting"`
+	InactiveSince      string `json:"inactive_since"`
+	inactiveFor        time.Duration
+	// Failover slots, PostgreSQL 17+; zero on older servers.
+	Failover                 bool   `json:"failover"`
+	Synced                   bool   `json:"synced"`
+	InRecovery               bool   `json:"server_in_recovery"`
+	SynchronizedStandbySlots string `json:"synchronized_standby_slots"`
+	StandbysStreaming        bool   `json:"standbys_streaming"`
+	major                    int
+	standbys                 bool // the server has physical slots: standbys replicate from it
 
 	Publication        string   `json:"publication"`
 	PublicationExists  bool     `json:"publication_exists"`
@@ -124,6 +153,9 @@ type statusReport struct {
 	TableRowsEstimate  int64    `json:"table_rows_estimate"`
 
 	connectedDB string // the database --postgres-url connects to
+	// publicationProblem is what the publication misses of the table, with
+	// the fix, when TableInPublication is false.
+	publicationProblem string
 }
 
 func statusCommand(args []string, stdout, stderr io.Writer) int {
@@ -162,7 +194,6 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 func newStatusReport(c *statusConfig) *statusReport {
-	schema, table := replication.SplitTable(c.Table)
 	return &statusReport{
 		Warnings:          []string{},
 		Slot:              c.Slot,
@@ -172,7 +203,7 @@ func newStatusReport(c *statusConfig) *statusReport {
 		RetainedWAL:       humanBytes(0),
 		Publication:       c.Publication,
 		PublicationTables: []string{},
-		Table:             schema + "." + table,
+		Table:             outboxTable(c.Table).String(),
 		TableRowsEstimate: -1,
 	}
 }
@@ -226,6 +257,17 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		r.RetainedWALBytes = max(info.RetainedBytes, 0)
 		r.RetainedWAL = humanBytes(r.RetainedWALBytes)
 		r.WALStatus = info.WALStatus
+		r.InvalidationReason, r.Conflicting = info.InvalidationReason, info.Conflicting
+		if !info.InactiveSince.IsZero() {
+			r.InactiveSince = info.InactiveSince.UTC().Format(time.RFC3339)
+			r.inactiveFor = info.InactiveFor
+		}
+		r.Failover, r.Synced, r.InRecovery = info.Failover, info.Synced, info.InRecovery
+		r.SynchronizedStandbySlots, r.StandbysStreaming = info.StandbySlots, info.StandbysStreaming
+	}
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000, pg_is_in_recovery(),
+		EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'physical')`).Scan(&r.major, &r.InRecovery, &r.standbys); err != nil {
+		return err
 	}
 
 	err = conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, r.Publication).Scan(&r.PublishesInserts)
@@ -235,12 +277,14 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("read publication %s: %w", r.Publication, err)
 	default:
 		r.PublicationExists = true
-		rows, _ := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables
+		// DISTINCT: PostgreSQL 14 lists a partition twice when it is
+		// published both on its own and through its partitioned table.
+		rows, _ := conn.Query(ctx, `SELECT DISTINCT schemaname::text, tablename::text FROM pg_publication_tables
 			WHERE pubname = $1 ORDER BY 1, 2`, r.Publication)
 		tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-			var schema, table string
-			err := row.Scan(&schema, &table)
-			return schema + "." + table, err
+			var n pgname.Name
+			err := row.Scan(&n.Schema, &n.Relation)
+			return n.String(), err
 		})
 		if err != nil {
 			return fmt.Errorf("read tables of publication %s: %w", r.Publication, err)
@@ -248,19 +292,33 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 		r.PublicationTables = append(r.PublicationTables, tables...)
 	}
 
-	schema, table := replication.SplitTable(r.Table)
-	for _, t := range r.PublicationTables {
-		r.TableInPublication = r.TableInPublication || t == schema+"."+table
+	if err := conn.QueryRow(ctx, `SELECT current_database()::text`).Scan(&r.connectedDB); err != nil {
+		return err
 	}
-	var rows *int64
-	err = conn.QueryRow(ctx, `SELECT current_database()::text,
-			(SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass($1))`,
-		pgx.Identifier{schema, table}.Sanitize()).Scan(&r.connectedDB, &rows)
+	t, err := replication.FindTable(ctx, conn, outboxTable(r.Table))
+	switch {
+	case errors.Is(err, replication.ErrNoTable), errors.Is(err, replication.ErrNotTable):
+		return nil
+	case err != nil:
+		return err
+	}
+	r.TableExists = true
+	// Of a partitioned table, the rows of all its partitions; of a table
+	// with inheritance children, theirs too, as SELECT counts them.
+	err = conn.QueryRow(ctx, `WITH RECURSIVE tree(oid) AS (
+			SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid
+		)
+		SELECT coalesce(sum(reltuples) FILTER (WHERE reltuples >= 0), -1)::bigint FROM pg_class
+		WHERE oid IN (SELECT oid FROM tree) AND relkind = 'r'`, t.OID).Scan(&r.TableRowsEstimate)
 	if err != nil {
-		return fmt.Errorf("look up table %s: %w", r.Table, err)
+		return fmt.Errorf("estimate the rows of %s: %w", r.Table, err)
 	}
-	if rows != nil {
-		r.TableExists, r.TableRowsEstimate = true, *rows
+	if r.PublicationExists {
+		cov, err := replication.Cover(ctx, conn, r.Publication, t)
+		if err != nil {
+			return err
+		}
+		r.TableInPublication, r.publicationProblem = cov.Complete(), cov.Problem()
 	}
 	return nil
 }
@@ -270,9 +328,8 @@ func (r *statusReport) read(ctx context.Context, conn *pgx.Conn) error {
 // Other problems (publication, table, plugin) are warnings: they do not
 // change the exit code.
 func (r *statusReport) judge() {
-	pub := pgx.Identifier{r.Publication}.Sanitize()
-	schema, table := replication.SplitTable(r.Table)
-	qualified := pgx.Identifier{schema, table}.Sanitize()
+	pub := pgname.Quote(r.Publication)
+	qualified := outboxTable(r.Table).Quoted()
 	warn := func(format string, args ...any) { r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...)) }
 
 	if r.SlotExists && r.Plugin != "pgoutput" {
@@ -286,15 +343,18 @@ func (r *statusReport) judge() {
 		warn("wal_status is unreserved: the slot holds more WAL (%s) than max_slot_wal_keep_size allows, and PostgreSQL removes some of it at the next checkpoint, "+
 			"which loses the slot: start cdc-outbox run, or help it catch up, now", r.RetainedWAL)
 	}
+	r.judgeFailover(warn)
 	switch {
 	case !r.PublicationExists:
-		warn("publication %q does not exist: cdc-outbox run creates it (unless --create-publication=false), or run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+		warn("publication %q does not exist: cdc-outbox run creates it (unless --create-publication=false), or run CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)",
 			r.Publication, pub, qualified)
 	case !r.PublishesInserts:
 		warn("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", r.Publication, pub)
 	}
 	if !r.TableExists {
 		warn("table %s does not exist in database %q: create it (sql/publication.sql has the default) or check --table", r.Table, r.connectedDB)
+	} else if r.PublicationExists && !r.TableInPublication && r.publicationProblem != "" {
+		warn("%s; or check --table and --publication", r.publicationProblem)
 	} else if r.PublicationExists && !r.TableInPublication {
 		warn("publication %q does not contain table %s: run ALTER PUBLICATION %s ADD TABLE %s, or check --table and --publication",
 			r.Publication, r.Table, pub, qualified)
@@ -304,20 +364,61 @@ func (r *statusReport) judge() {
 	case !r.SlotExists:
 		r.Verdict, r.ExitCode = verdictMissing, 1
 		r.Message = fmt.Sprintf("replication slot %q does not exist: start cdc-outbox run (it creates the slot) or check --slot", r.Slot)
-	case r.WALStatus == "lost":
+	case r.invalidated():
 		r.Verdict, r.ExitCode = verdictLost, 1
-		r.Message = fmt.Sprintf("replication slot %q has wal_status lost: PostgreSQL removed WAL the slot still needed, so the slot can no longer stream. "+
-			"Events committed after %s that were in the lost WAL never reach Kafka through it and must be recovered from the outbox table; "+
-			"then start cdc-outbox run once with --recreate-slot, which drops the slot and creates a new one that streams what commits from then on",
-			r.Slot, r.ConfirmedFlushLSN)
+		reason := r.InvalidationReason
+		if reason == "" && r.Conflicting {
+			reason = "conflict"
+		}
+		what, prevent := replication.Invalidation(reason)
+		r.Message = fmt.Sprintf("replication slot %q has wal_status lost: %s, so the slot can no longer stream. "+
+			"Events committed after %s that it had not streamed never reach Kafka through it and must be recovered from the outbox table; "+
+			"then start cdc-outbox run once with --recreate-slot, which drops the slot and creates a new one that streams what commits from then on. "+
+			"To prevent it, %s",
+			r.Slot, what, r.ConfirmedFlushLSN, prevent)
 	case !r.Active:
 		r.Verdict, r.ExitCode = verdictInactive, 0
-		r.Message = fmt.Sprintf("slot %q is inactive: nothing is streaming from it, which is normal while cdc-outbox run is stopped; "+
+		since := ""
+		if r.InactiveSince != "" {
+			since = fmt.Sprintf(" since %s (for %s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
+		}
+		r.Message = fmt.Sprintf("slot %q is inactive%s: nothing is streaming from it, which is normal while cdc-outbox run is stopped; "+
 			"it holds %s of WAL on the server, growing until a streamer confirms: start cdc-outbox run, or drop the slot if the outbox is no longer streamed",
-			r.Slot, r.RetainedWAL)
+			r.Slot, since, r.RetainedWAL)
 	default:
 		r.Verdict, r.ExitCode, r.Message = verdictHealthy, 0, ""
 	}
+}
+
+// judgeFailover warns about what would lose the slot in a failover, on
+// servers that have failover slots (17+) and standbys to fail over to
+// (physical slots: slot synchronization needs primary_slot_name).
+func (r *statusReport) judgeFailover(warn func(string, ...any)) {
+	switch {
+	case r.major < 17 || !r.SlotExists:
+	case !r.InRecovery && !r.standbys:
+	case r.InRecovery && !r.Synced:
+		warn("this server is a standby, and slot %q here is not a synchronized copy of the primary's: a promotion does not keep the stream. "+
+			"On the primary make it a failover slot (cdc-outbox run --slot-failover, the default); on this standby set sync_replication_slots = on, "+
+			"hot_standby_feedback = on, primary_slot_name, and dbname in primary_conninfo", r.Slot)
+	case r.InRecovery:
+	case !r.Failover:
+		warn("slot %q is not a failover slot, so a failover to a standby loses it: start cdc-outbox run with --slot-failover (the default) to switch it, "+
+			"or run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection (psql \"dbname=<db> replication=database\")", r.Slot, r.Slot)
+	case r.SynchronizedStandbySlots == "":
+		warn("synchronized_standby_slots is not set on this primary: its walsender may send cdc-outbox changes a standby has not received yet, " +
+			"and after a failover to that standby cdc-outbox stops once and resumes from the slot there, sending some events again. " +
+			"Set it to the physical slots of the standbys that may take over: ALTER SYSTEM SET synchronized_standby_slots = '<slot>'; SELECT pg_reload_conf()")
+	case !r.StandbysStreaming:
+		warn("a standby slot named in synchronized_standby_slots (%s) is missing or inactive: until its standby streams again, "+
+			"the walsender waits and cdc-outbox receives nothing; start the standby, or remove its slot from the setting", r.SynchronizedStandbySlots)
+	}
+}
+
+// invalidated reports whether PostgreSQL invalidated the slot: wal_status
+// lost, or (16+, 17+) conflicting or an invalidation_reason.
+func (r *statusReport) invalidated() bool {
+	return r.SlotExists && (r.WALStatus == "lost" || r.InvalidationReason != "" || r.Conflicting)
 }
 
 // writeText prints the report as aligned "key: value" lines, the verdict
@@ -339,9 +440,12 @@ func (r *statusReport) writeText(w io.Writer) {
 	if r.SlotExists {
 		add("  plugin", "%s", r.Plugin)
 		add("  database", "%s", r.Database)
-		if r.Active {
+		switch {
+		case r.Active:
 			add("  active", "yes (pid %d)", r.ActivePID)
-		} else {
+		case r.InactiveSince != "":
+			add("  active", "no, since %s (for %s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
+		default:
 			add("  active", "no")
 		}
 		if r.LagBytes == 0 {
@@ -360,6 +464,22 @@ func (r *statusReport) writeText(w io.Writer) {
 			walStatus = "unknown (PostgreSQL before 13)"
 		}
 		add("  wal_status", "%s", walStatus)
+		if r.InvalidationReason != "" {
+			add("  invalidation_reason", "%s", r.InvalidationReason)
+		}
+		if r.Conflicting {
+			add("  conflicting", "yes (with recovery on this standby)")
+		}
+		if r.major >= 17 {
+			add("  failover", "%s", yes(r.Failover))
+			add("  synced", "%s", yes(r.Synced))
+		}
+	}
+	if r.InRecovery {
+		add("server", "standby (in recovery)")
+	}
+	if r.major >= 17 && !r.InRecovery && r.standbys {
+		add("synchronized_standby_slots", "%s", orNone(r.SynchronizedStandbySlots))
 	}
 	add("publication", "%s", r.Publication)
 	add("  exists", "%s", yes(r.PublicationExists))
@@ -397,6 +517,13 @@ func (r *statusReport) writeText(w io.Writer) {
 	for _, l := range lines {
 		fmt.Fprintf(w, "%-*s %s\n", width, l[0]+":", l[1])
 	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(not set)"
+	}
+	return s
 }
 
 // listTables joins up to n tables; more are counted, not listed.

@@ -73,7 +73,8 @@ func TestStatusInactiveSlot(t *testing.T) {
 	}
 	for _, key := range []string{"verdict", "exit_code", "message", "warnings", "error", "slot", "slot_exists", "plugin",
 		"database", "active", "active_pid", "confirmed_flush_lsn", "restart_lsn", "current_wal_lsn", "lag_bytes",
-		"retained_wal_bytes", "retained_wal", "wal_status", "publication", "publication_exists", "publishes_inserts",
+		"retained_wal_bytes", "retained_wal", "wal_status", "invalidation_reason", "conflicting", "inactive_since",
+		"publication", "publication_exists", "publishes_inserts",
 		"publication_tables", "table", "table_exists", "table_in_publication", "table_rows_estimate"} {
 		if _, ok := r[key]; !ok {
 			t.Errorf("JSON lacks key %q: %s", key, out)
@@ -82,6 +83,21 @@ func TestStatusInactiveSlot(t *testing.T) {
 	if r["slot"] != slot || r["plugin"] != "pgoutput" || r["wal_status"] != "reserved" || r["verdict"] != "slot_inactive" ||
 		r["active"] != false || r["table_in_publication"] != true || r["table_rows_estimate"] != float64(-1) {
 		t.Errorf("JSON: %s", out)
+	}
+	// PostgreSQL 17 says since when a slot is inactive; older servers do not.
+	since, _ := r["inactive_since"].(string)
+	if major := testenv.ServerMajor(t, url); major >= 17 {
+		if _, err := time.Parse(time.RFC3339, since); err != nil {
+			t.Errorf("PostgreSQL %d: inactive_since = %q, want an RFC 3339 time: %v", major, since, err)
+		}
+		if !strings.Contains(squash(out), "since "+since) {
+			t.Errorf("PostgreSQL %d: the message does not say since when the slot is inactive: %s", major, out)
+		}
+	} else if since != "" {
+		t.Errorf("PostgreSQL %d: inactive_since = %q, want none", major, since)
+	}
+	if r["invalidation_reason"] != "" || r["conflicting"] != false {
+		t.Errorf("a valid slot: invalidation_reason %v, conflicting %v", r["invalidation_reason"], r["conflicting"])
 	}
 	if tables, _ := r["publication_tables"].([]any); len(tables) != 1 || tables[0] != "public.outbox" {
 		t.Errorf("publication_tables = %v", r["publication_tables"])
@@ -239,6 +255,16 @@ func TestStatusJudge(t *testing.T) {
 		{"healthy", func(*statusReport) {}, verdictHealthy, 0, "", nil},
 		{"inactive", func(r *statusReport) { r.Active, r.ActivePID = false, 0 }, verdictInactive, 0, "holds 1.5 GiB of WAL", nil},
 		{"lost", func(r *statusReport) { r.Active, r.WALStatus = false, "lost" }, verdictLost, 1, "recovered from the outbox table", nil},
+		{"lost, reason given (17+)", func(r *statusReport) { r.Active, r.WALStatus, r.InvalidationReason = false, "lost", "wal_removed" },
+			verdictLost, 1, "raise max_slot_wal_keep_size", nil},
+		{"idle too long (18+)", func(r *statusReport) { r.Active, r.WALStatus, r.InvalidationReason = false, "lost", "idle_timeout" },
+			verdictLost, 1, "inactive longer than idle_replication_slot_timeout", nil},
+		{"conflicting on a standby (16)", func(r *statusReport) { r.Active, r.Conflicting = false, true },
+			verdictLost, 1, "conflicted with recovery", nil},
+		{"inactive since (17+)", func(r *statusReport) {
+			r.Active, r.InactiveSince, r.inactiveFor = false, "2026-01-02T03:04:05Z", 90*time.Second
+		},
+			verdictInactive, 0, "inactive since 2026-01-02T03:04:05Z (for 1m30s)", nil},
 		{"missing", func(r *statusReport) { r.SlotExists = false }, verdictMissing, 1, "check --slot", nil},
 		{"unreserved", func(r *statusReport) { r.WALStatus = "unreserved" }, verdictHealthy, 0, "", []string{"max_slot_wal_keep_size"}},
 		{"wrong slot", func(r *statusReport) { r.Plugin, r.Database = "test_decoding", "other" }, verdictHealthy, 0, "",

@@ -26,6 +26,9 @@ type mtx struct {
 	added, acked    int
 	committed, gone bool // gone: discarded
 	end             pglogrepl.LSN
+	// held: records were still in flight at its Commit, so it keeps an
+	// entry of its own in the Tracker's queue until confirmed.
+	held bool
 }
 
 // prefix returns how many transactions (discarded ones skipped) form the
@@ -98,7 +101,7 @@ func TestRandomized(t *testing.T) {
 					lsn += pglogrepl.LSN(1 + rng.IntN(100))
 				}
 				tr.Commit(open.h, lsn)
-				open.committed, open.end = true, lsn
+				open.committed, open.end, open.held = true, lsn, open.acked < open.added
 				open = nil
 				log = append(log, "C")
 			case open != nil && r < 43:
@@ -148,6 +151,20 @@ func TestRandomized(t *testing.T) {
 			}
 			if n := tr.Transactions(); n != uint64(complete) {
 				fail("Transactions = %d, want %d", n, complete)
+			}
+			// Memory stays bounded by what is in flight: transactions
+			// complete at their Commit are folded, not queued.
+			held, seen := 0, 0
+			for _, x := range m.txs {
+				if x.gone {
+					continue
+				}
+				if seen++; seen > complete && (x.held || !x.committed) {
+					held++
+				}
+			}
+			if e := tr.Entries(); e > held+1 {
+				fail("%d queue entries for %d transactions held by records in flight or open", e, held)
 			}
 			ct, ok := tr.Oldest()
 			if ok != (inc != nil) || (inc != nil && !ct.Equal(inc.commitTime)) {

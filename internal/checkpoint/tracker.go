@@ -40,6 +40,9 @@ type Tx struct {
 	end        pglogrepl.LSN // TransactionEndLSN, set by Commit
 	inflight   int           // records added and not yet acked
 	state      txState
+	// merged counts the transactions that completed while this one was
+	// still waiting and were folded into it (end is the newest's).
+	merged int
 }
 
 // Tracker computes the WAL position that may be confirmed to PostgreSQL.
@@ -66,9 +69,14 @@ type Tracker struct {
 	open      *Tx // the open transaction, always the newest entry of the queue
 
 	// queue is a ring buffer (power-of-two length) of the transactions that
-	// were begun and are not yet confirmed, oldest first. Pending = n.
+	// were begun and are not yet confirmed, oldest first. A transaction
+	// that is complete at its Commit while an older one still waits is
+	// folded into the entry before it (see Commit), so the queue holds at
+	// most one entry per transaction with records in flight, plus the open
+	// one, however many transactions wait behind them.
 	queue   []*Tx
 	head, n int
+	pending int // transactions the queue stands for, folded ones included
 
 	done uint64        // transactions confirmed so far
 	wait chan struct{} // closed on the next advance; nil until someone waits
@@ -93,6 +101,7 @@ func (t *Tracker) Begin(commitTime time.Time) *Tx {
 	}
 	t.open = tx
 	t.push(tx)
+	t.pending++
 	return tx
 }
 
@@ -117,6 +126,14 @@ func (t *Tracker) Add(tx *Tx, n int) {
 // TransactionEndLSN. Once tx and every older transaction are fully acked,
 // the confirmed position moves to end (never backwards: a transaction
 // resent after a reconnect may end below the confirmed position).
+//
+// A transaction with nothing in flight at its Commit (no outbox row, or
+// every record already acked) is complete: it may be confirmed exactly
+// when the transaction before it is. So when one is still waiting, tx is
+// folded into it rather than queued, and that entry's end becomes tx's.
+// Transactions without outbox rows (other tables of the publication, or
+// any writing transaction before PostgreSQL 15) then cost no memory while
+// Kafka is away, however many commit.
 func (t *Tracker) Commit(tx *Tx, end pglogrepl.LSN) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -126,9 +143,22 @@ func (t *Tracker) Commit(tx *Tx, end pglogrepl.LSN) {
 	tx.state = txCommitted
 	tx.end = end
 	t.open = nil
-	if tx.inflight == 0 {
-		t.advance()
+	if tx.inflight != 0 {
+		return
 	}
+	if t.n >= 2 {
+		// tx is the newest entry; the one before it is committed (only
+		// one transaction is open at a time) and still waiting, or the
+		// queue would not hold it.
+		mask := len(t.queue) - 1
+		prev := t.queue[(t.head+t.n-2)&mask]
+		prev.end = max(prev.end, end)
+		prev.merged += 1 + tx.merged
+		t.n--
+		t.queue[(t.head+t.n)&mask] = nil
+		return
+	}
+	t.advance()
 }
 
 // Ack records that the broker acknowledged one record of tx. Acks may come
@@ -168,6 +198,7 @@ func (t *Tracker) Discard(tx *Tx) {
 	tx.state = txDiscarded
 	tx.inflight = 0
 	t.open = nil
+	t.pending--
 	// The open transaction is the newest entry, so it is removed from the tail.
 	t.n--
 	t.queue[(t.head+t.n)&(len(t.queue)-1)] = nil
@@ -236,7 +267,7 @@ func (t *Tracker) Oldest() (commitTime time.Time, ok bool) {
 func (t *Tracker) Pending() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.n
+	return t.pending
 }
 
 // Transactions returns the number of transactions confirmed so far (a
@@ -274,7 +305,8 @@ func (t *Tracker) advance() {
 		t.queue[t.head] = nil
 		t.head = (t.head + 1) & mask
 		t.n--
-		t.done++
+		t.pending -= 1 + tx.merged
+		t.done += 1 + uint64(tx.merged)
 		if tx.end > t.confirmed {
 			t.confirmed = tx.end
 			moved = true

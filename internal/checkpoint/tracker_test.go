@@ -493,3 +493,34 @@ func TestQueueGrowth(t *testing.T) {
 		t.Fatalf("Pending = %d, want 0", got)
 	}
 }
+
+// TestTransactionsWithoutRecordsFold: while one record waits for a broker
+// that is away, a million transactions without records commit behind it.
+// They are folded into one queue entry, and all are confirmed with it.
+func TestTransactionsWithoutRecordsFold(t *testing.T) {
+	tr := checkpoint.New(0)
+	first := tr.Begin(time.Unix(1, 0))
+	tr.Add(first, 1)
+	tr.Commit(first, 10)
+	const empty = 1_000_000
+	for i := range empty {
+		tx := tr.Begin(time.Unix(int64(2+i), 0))
+		tr.Commit(tx, pglogrepl.LSN(20+i))
+	}
+	if e := tr.Entries(); e != 1 {
+		t.Fatalf("%d queue entries, want 1", e)
+	}
+	if p := tr.Pending(); p != empty+1 {
+		t.Fatalf("Pending = %d, want %d", p, empty+1)
+	}
+	if c, _ := tr.Oldest(); !c.Equal(time.Unix(1, 0)) {
+		t.Fatalf("Oldest = %v, want the waiting transaction's", c)
+	}
+	if tr.Confirmed() != 0 {
+		t.Fatal("confirmed past an unacked record")
+	}
+	tr.Ack(first)
+	if c, n := tr.Confirmed(), tr.Transactions(); c != pglogrepl.LSN(20+empty-1) || n != empty+1 || tr.Pending() != 0 {
+		t.Fatalf("Confirmed %d, Transactions %d, Pending %d after the ack", c, n, tr.Pending())
+	}
+}

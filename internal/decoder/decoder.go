@@ -21,6 +21,10 @@ const (
 	KindCommit               // end of a transaction
 	KindRelation             // a Relation message was cached
 	KindSkip                 // a change that is not published: see Event.SkipReason
+	// KindUnmapped is an Insert into a relation that has no role (see
+	// Role): the caller cannot tell whether it is an outbox row, so it must
+	// neither publish nor skip it, but treat it as a bad event.
+	KindUnmapped
 )
 
 func (k Kind) String() string {
@@ -37,6 +41,8 @@ func (k Kind) String() string {
 		return "relation"
 	case KindSkip:
 		return "skip"
+	case KindUnmapped:
+		return "unmapped"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -46,8 +52,36 @@ const (
 	SkipUpdate     = "update"      // an Update of any table
 	SkipDelete     = "delete"      // a Delete from any table
 	SkipTruncate   = "truncate"    // a Truncate of any tables
-	SkipOtherTable = "other_table" // an Insert into a table that is not the outbox
+	SkipOtherTable = "other_table" // an Insert into a relation whose role is RoleOther
 )
+
+// Role is what a relation is to the streamer. The decoder does not decide
+// it: the caller, which can ask the catalog, assigns it by relation id.
+type Role uint8
+
+const (
+	// RoleUnmapped: not known to be the outbox nor another table. Every
+	// relation starts so; its inserts are KindUnmapped events.
+	RoleUnmapped Role = iota
+	// RoleOutbox: the outbox table or a partition of it; its inserts are
+	// KindInsert events.
+	RoleOutbox
+	// RoleOther: provably another table; its inserts are skipped
+	// (SkipOtherTable).
+	RoleOther
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleUnmapped:
+		return "unmapped"
+	case RoleOutbox:
+		return "outbox"
+	case RoleOther:
+		return "other"
+	}
+	return "Role(" + strconv.Itoa(int(r)) + ")"
+}
 
 // Value is one column value of a tuple. Data aliases the message passed to
 // Decode.
@@ -83,7 +117,7 @@ type Relation struct {
 	// New, or -1 when the relation has no such column. Computed once when
 	// the Relation message arrives, so Insert needs no name lookups.
 	Wanted []int
-	Outbox bool // Namespace.Name is the table given to New
+	Role   Role // as assigned for ID when the Relation was cached or since
 }
 
 // Event is the result of decoding one message. Which fields are set depends
@@ -95,9 +129,10 @@ type Event struct {
 	CommitTime time.Time     // Begin and Commit, in UTC
 	CommitLSN  pglogrepl.LSN // Commit
 	EndLSN     pglogrepl.LSN // Commit: end of the commit record (TransactionEndLSN), the position to confirm
-	Relation   *Relation     // Insert, Relation, and Skip when the relation is known
-	Values     []Value       // Insert: one per wanted column, in New's order (Missing() when the relation lacks it)
-	Tuple      []Value       // Insert: every column in relation order (used to dead-letter the raw row)
+	Relation   *Relation     // Insert, Unmapped, Relation, and Skip when the relation is known
+	Replaced   *Relation     // Relation: the Relation it replaced, nil when the id was new
+	Values     []Value       // Insert, Unmapped: one per wanted column, in New's order (Missing() when the relation lacks it)
+	Tuple      []Value       // Insert, Unmapped: every column in relation order (used to dead-letter the raw row)
 	SkipReason string        // Skip: one of the Skip* constants
 }
 
@@ -114,10 +149,10 @@ type SkipCounts struct {
 // the relation cache and reuses one Event, so Decode must be called from one
 // goroutine at a time; Skipped may be called from any goroutine.
 type Decoder struct {
-	schema, table string
-	wanted        []string
+	wanted []string
 
 	relations map[uint32]*Relation
+	roles     map[uint32]Role // assigned by the caller; absent means RoleUnmapped
 
 	// ev, values and tuple are reused by every Decode so that decoding an
 	// Insert allocates nothing once tuple has grown to the widest relation.
@@ -129,18 +164,33 @@ type Decoder struct {
 	skipUpdate, skipDelete, skipTruncate, skipOther atomic.Uint64
 }
 
-// New returns a decoder for the outbox table schema.table; wanted lists the
-// column names whose values every Insert event must carry in Values. Names
-// are compared exactly as PostgreSQL sends them (unquoted identifiers are
-// lower case).
-func New(schema, table string, wanted []string) *Decoder {
+// New returns a decoder; wanted lists the column names whose values every
+// Insert event must carry in Values. Names are compared exactly as
+// PostgreSQL sends them (unquoted identifiers are lower case). Which
+// relations are the outbox is told with Assign.
+func New(wanted []string) *Decoder {
 	return &Decoder{
-		schema:    schema,
-		table:     table,
 		wanted:    append([]string(nil), wanted...), // the caller's slice may change
 		relations: make(map[uint32]*Relation),
+		roles:     make(map[uint32]Role),
 		values:    make([]Value, len(wanted)),
 	}
+}
+
+// Assign gives relation id a role, for the Relation cached now and for any
+// Relation message of that id later, and returns the cached Relation (nil
+// when there is none). The cached Relation is replaced by a copy, never
+// modified, so a *Relation held elsewhere keeps its role.
+func (d *Decoder) Assign(id uint32, role Role) *Relation {
+	d.roles[id] = role
+	old := d.relations[id]
+	if old == nil || old.Role == role {
+		return old
+	}
+	rel := *old
+	rel.Role = role
+	d.relations[id] = &rel
+	return &rel
 }
 
 // Skipped reports how many changes were skipped since New, by reason.
@@ -253,7 +303,7 @@ func (d *Decoder) relation(r *reader) error {
 		ReplicaIdentity: identity,
 		Columns:         cols,
 		Wanted:          make([]int, len(d.wanted)),
-		Outbox:          string(namespace) == d.schema && string(name) == d.table,
+		Role:            d.roles[id],
 	}
 	for i, want := range d.wanted {
 		rel.Wanted[i] = -1
@@ -266,8 +316,9 @@ func (d *Decoder) relation(r *reader) error {
 	}
 	// Replace rather than update in place: the table may have been altered,
 	// and whoever holds the old *Relation keeps a consistent view of it.
+	old := d.relations[id]
 	d.relations[id] = rel
-	d.ev = Event{Kind: KindRelation, Relation: rel}
+	d.ev = Event{Kind: KindRelation, Relation: rel, Replaced: old}
 	return nil
 }
 
@@ -281,9 +332,15 @@ func (d *Decoder) insert(r *reader) error {
 	if err := r.done(); err != nil {
 		return err
 	}
-	if !rel.Outbox {
+	kind := KindInsert
+	switch rel.Role {
+	case RoleOther:
 		d.skip(SkipOtherTable, rel)
 		return nil
+	case RoleUnmapped:
+		// Values too, so that the caller can name the event it cannot
+		// publish.
+		kind = KindUnmapped
 	}
 	for i, col := range rel.Wanted {
 		if col < 0 {
@@ -292,7 +349,7 @@ func (d *Decoder) insert(r *reader) error {
 			d.values[i] = tuple[col]
 		}
 	}
-	d.ev = Event{Kind: KindInsert, Relation: rel, Values: d.values, Tuple: tuple}
+	d.ev = Event{Kind: kind, Relation: rel, Values: d.values, Tuple: tuple}
 	return nil
 }
 
@@ -353,7 +410,7 @@ func (d *Decoder) truncate(r *reader) error {
 		if r.err != nil {
 			break
 		}
-		if c := d.relations[r.u32("relation id")]; c != nil && (rel == nil || c.Outbox && !rel.Outbox) {
+		if c := d.relations[r.u32("relation id")]; c != nil && (rel == nil || c.Role == RoleOutbox && rel.Role != RoleOutbox) {
 			rel = c
 		}
 	}

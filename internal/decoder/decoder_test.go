@@ -133,11 +133,20 @@ func outboxInsert() []byte {
 	)
 }
 
-// primed returns a decoder for public.outbox that has seen the outbox and
-// other-table Relation messages.
+// outboxDecoder returns a decoder that knows outboxID as the outbox and
+// otherID as another table, as the streamer's catalog lookup would say.
+func outboxDecoder() *decoder.Decoder {
+	d := decoder.New(outboxWanted)
+	d.Assign(outboxID, decoder.RoleOutbox)
+	d.Assign(otherID, decoder.RoleOther)
+	return d
+}
+
+// primed returns an outboxDecoder that has seen the outbox and other-table
+// Relation messages.
 func primed(t testing.TB) *decoder.Decoder {
 	t.Helper()
-	d := decoder.New("public", "outbox", outboxWanted)
+	d := outboxDecoder()
 	for _, m := range [][]byte{outboxRelation(), otherRelation()} {
 		if _, err := d.Decode(m); err != nil {
 			t.Fatalf("priming: %v", err)
@@ -157,7 +166,7 @@ func mustDecode(t *testing.T, d *decoder.Decoder, m []byte) *decoder.Event {
 
 func TestBegin(t *testing.T) {
 	at := time.Date(2024, 5, 6, 7, 8, 9, 123456000, time.UTC)
-	ev := mustDecode(t, decoder.New("public", "outbox", nil), beginMsg(0x16_B374D848, pgMicros(at), 7771))
+	ev := mustDecode(t, decoder.New(nil), beginMsg(0x16_B374D848, pgMicros(at), 7771))
 	if ev.Kind != decoder.KindBegin || ev.Xid != 7771 || ev.FinalLSN != pglogrepl.LSN(0x16_B374D848) {
 		t.Errorf("got %+v", ev)
 	}
@@ -170,7 +179,7 @@ func TestBegin(t *testing.T) {
 }
 
 func TestCommit(t *testing.T) {
-	d := decoder.New("public", "outbox", nil)
+	d := decoder.New(nil)
 	for _, tc := range []struct {
 		micros int64
 		want   time.Time
@@ -197,13 +206,14 @@ func TestCommit(t *testing.T) {
 func TestInsertValuesByName(t *testing.T) {
 	// Columns in another order than wanted, one extra column, one wanted
 	// column missing.
-	d := decoder.New("app", "outbox", []string{"id", "topic", "payload", "key"})
+	d := decoder.New([]string{"id", "topic", "payload", "key"})
+	d.Assign(42, decoder.RoleOutbox)
 	ev := mustDecode(t, d, relationMsg(42, "app", "outbox", "payload", "extra", "id", "topic"))
 	if ev.Kind != decoder.KindRelation || ev.Relation == nil {
 		t.Fatalf("got %+v", ev)
 	}
 	rel := ev.Relation
-	if !rel.Outbox || rel.ID != 42 || rel.Namespace != "app" || rel.Name != "outbox" || rel.ReplicaIdentity != 'd' {
+	if rel.Role != decoder.RoleOutbox || rel.ID != 42 || rel.Namespace != "app" || rel.Name != "outbox" || rel.ReplicaIdentity != 'd' {
 		t.Errorf("relation = %+v", rel)
 	}
 	if want := []int{2, 3, 0, -1}; !slices.Equal(rel.Wanted, want) {
@@ -234,7 +244,8 @@ func TestInsertValuesByName(t *testing.T) {
 }
 
 func TestInsertValueKinds(t *testing.T) {
-	d := decoder.New("public", "outbox", []string{"a", "b", "c", "d"})
+	d := decoder.New([]string{"a", "b", "c", "d"})
+	d.Assign(1, decoder.RoleOutbox)
 	mustDecode(t, d, relationMsg(1, "public", "outbox", "a", "b", "c", "d"))
 	bin := decoder.Value{Kind: 'b', Data: []byte{0, 1, 2}}
 	empty := decoder.Value{Kind: 't', Data: []byte{}}
@@ -269,8 +280,13 @@ func TestInsertValuesAliasMessage(t *testing.T) {
 }
 
 func TestRelationReplaced(t *testing.T) {
-	d := decoder.New("public", "outbox", []string{"id", "payload", "key"})
-	old := mustDecode(t, d, relationMsg(7, "public", "outbox", "id", "payload")).Relation
+	d := decoder.New([]string{"id", "payload", "key"})
+	d.Assign(7, decoder.RoleOutbox)
+	first := mustDecode(t, d, relationMsg(7, "public", "outbox", "id", "payload"))
+	old := first.Relation
+	if first.Replaced != nil {
+		t.Errorf("a new relation id replaced %+v", first.Replaced)
+	}
 	if want := []int{0, 1, -1}; !slices.Equal(old.Wanted, want) {
 		t.Fatalf("Wanted = %v, want %v", old.Wanted, want)
 	}
@@ -280,7 +296,11 @@ func TestRelationReplaced(t *testing.T) {
 	}
 
 	// ALTER TABLE outbox ADD COLUMN key, with columns reordered.
-	altered := mustDecode(t, d, relationMsg(7, "public", "outbox", "key", "id", "note", "payload")).Relation
+	ev = mustDecode(t, d, relationMsg(7, "public", "outbox", "key", "id", "note", "payload"))
+	altered := ev.Relation
+	if ev.Replaced != old || altered.Role != decoder.RoleOutbox {
+		t.Errorf("Replaced = %p, want the old relation %p; role %v", ev.Replaced, old, altered.Role)
+	}
 	if want := []int{1, 3, 0}; !slices.Equal(altered.Wanted, want) {
 		t.Errorf("Wanted after ALTER = %v, want %v", altered.Wanted, want)
 	}
@@ -376,6 +396,64 @@ func TestUnknownRelation(t *testing.T) {
 	}
 }
 
+// TestUnmappedInsert: an insert into a relation that has no role is neither
+// published nor skipped: it is an Unmapped event, with the values, so the
+// caller can name the event it refuses.
+func TestUnmappedInsert(t *testing.T) {
+	d := primed(t)
+	mustDecode(t, d, relationMsg(77, "app", "outbox_2026_12", outboxColumns...))
+	ev := mustDecode(t, d, insertMsg(77, text("9"), text("o"), text("a"), text("e"), text("{}"), null, text("t")))
+	if ev.Kind != decoder.KindUnmapped || ev.Relation == nil || ev.Relation.ID != 77 || ev.Relation.Role != decoder.RoleUnmapped {
+		t.Fatalf("got %+v, want an Unmapped event of relation 77", ev)
+	}
+	if len(ev.Values) != len(outboxWanted) || string(ev.Values[0].Data) != "9" || len(ev.Tuple) != len(outboxColumns) {
+		t.Errorf("values %+v, tuple %+v", ev.Values, ev.Tuple)
+	}
+	if got := d.Skipped(); got != (decoder.SkipCounts{}) {
+		t.Errorf("an unmapped insert was counted as skipped: %+v", got)
+	}
+	// Updates, deletes and truncates of it are skipped as before: they
+	// publish nothing whatever the relation is.
+	row := []decoder.Value{text("9"), text("o"), text("a"), text("e"), text("{}"), null, text("t")}
+	if ev := mustDecode(t, d, updateMsg(77, 0, nil, row)); ev.Kind != decoder.KindSkip {
+		t.Errorf("update of an unmapped relation: %v", ev.Kind)
+	}
+}
+
+// TestAssign: a role may be given before or after the Relation message, is
+// kept across later Relation messages of the id, and replaces the cached
+// Relation rather than changing it.
+func TestAssign(t *testing.T) {
+	d := decoder.New(outboxWanted)
+	row := []decoder.Value{text("1"), text("o"), text("a"), text("e"), text("{}"), null, text("t")}
+	early := mustDecode(t, d, relationMsg(5, "public", "outbox_p1", outboxColumns...)).Relation
+	if ev := mustDecode(t, d, insertMsg(5, row...)); ev.Kind != decoder.KindUnmapped {
+		t.Fatalf("insert before Assign: %v, want unmapped", ev.Kind)
+	}
+	rel := d.Assign(5, decoder.RoleOutbox)
+	if rel == nil || rel == early || rel.Role != decoder.RoleOutbox || early.Role != decoder.RoleUnmapped || rel.Name != "outbox_p1" {
+		t.Fatalf("Assign returned %+v; the earlier relation is now %+v", rel, early)
+	}
+	if again := d.Assign(5, decoder.RoleOutbox); again != rel {
+		t.Errorf("assigning the same role again replaced the relation")
+	}
+	if ev := mustDecode(t, d, insertMsg(5, row...)); ev.Kind != decoder.KindInsert || ev.Relation != rel {
+		t.Errorf("insert after Assign: %+v", ev)
+	}
+	// Renamed: a new Relation message, same id, same role.
+	renamed := mustDecode(t, d, relationMsg(5, "archive", "outbox_old", outboxColumns...))
+	if renamed.Relation.Role != decoder.RoleOutbox || renamed.Replaced != rel {
+		t.Errorf("renamed relation: role %v, replaced %p (want %p)", renamed.Relation.Role, renamed.Replaced, rel)
+	}
+	if d.Assign(6, decoder.RoleOther) != nil {
+		t.Errorf("Assign of an id without a Relation returned one")
+	}
+	mustDecode(t, d, relationMsg(6, "public", "orders", "id"))
+	if ev := mustDecode(t, d, insertMsg(6, text("1"))); ev.Kind != decoder.KindSkip || ev.SkipReason != decoder.SkipOtherTable {
+		t.Errorf("insert into another table: %+v", ev)
+	}
+}
+
 func TestIgnore(t *testing.T) {
 	d := primed(t)
 	for _, m := range [][]byte{typeMsg(), originMsg(), logicalMsg(), msg('M').u8(0).lsn(1).str("").u32(0).bytes()} {
@@ -386,7 +464,7 @@ func TestIgnore(t *testing.T) {
 }
 
 func TestTransaction(t *testing.T) {
-	d := decoder.New("public", "outbox", outboxWanted)
+	d := outboxDecoder()
 	var kinds []decoder.Kind
 	for _, m := range [][]byte{
 		beginMsg(0x200, 0, 1), outboxRelation(), outboxInsert(), otherRelation(),
@@ -410,7 +488,7 @@ func TestTransaction(t *testing.T) {
 
 func TestNewCopiesWanted(t *testing.T) {
 	wanted := []string{"id", "payload"}
-	d := decoder.New("public", "outbox", wanted)
+	d := decoder.New(wanted)
 	wanted[0] = "changed"
 	ev := mustDecode(t, d, relationMsg(1, "public", "outbox", "id", "payload"))
 	if !slices.Equal(ev.Relation.Wanted, []int{0, 1}) {

@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzDecode feeds two arbitrary messages to a decoder that already knows the
-// outbox table and one other table. Two, so that the fuzzer can pair a
+// outbox table and one other table (and no role for any other relation). Two, so that the fuzzer can pair a
 // Relation message of its own with a change that uses it. It checks that
 // Decode never panics, that every error is a *MessageError wrapping a
 // sentinel, and that every event is consistent.
@@ -24,6 +24,9 @@ func FuzzDecode(f *testing.F) {
 		insertMsg(outboxID, text("{}"), null, text("x")))
 	// A new table, then a change of it.
 	f.Add(relationMsg(77, "public", "orders", "id"), deleteMsg(77, 'K', text("1")))
+	// A relation without a role (a partition not yet looked up), then an
+	// insert into it.
+	f.Add(relationMsg(78, "public", "outbox_p1", outboxColumns...), insertMsg(78, text("1"), null, null, null, text("{}"), null, null))
 
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		d := primed(t)
@@ -62,29 +65,15 @@ func checkEvent(t *testing.T, m []byte, ev *decoder.Event) {
 	switch ev.Kind {
 	case decoder.KindInsert:
 		rel := ev.Relation
-		if rel == nil || !rel.Outbox {
+		if rel == nil || rel.Role != decoder.RoleOutbox {
 			t.Fatalf("%q: insert into non-outbox relation %+v", m, rel)
 		}
-		if len(ev.Values) != len(outboxWanted) || len(ev.Tuple) != len(rel.Columns) {
-			t.Fatalf("%q: %d values, %d tuple columns; want %d, %d", m, len(ev.Values), len(ev.Tuple), len(outboxWanted), len(rel.Columns))
+		checkValues(t, m, ev)
+	case decoder.KindUnmapped:
+		if rel := ev.Relation; rel == nil || rel.Role != decoder.RoleUnmapped {
+			t.Fatalf("%q: unmapped insert into relation %+v", m, rel)
 		}
-		for i, col := range rel.Wanted {
-			v := ev.Values[i]
-			if col < 0 {
-				if !v.Missing() {
-					t.Fatalf("%q: value %d should be missing: %+v", m, i, v)
-				}
-				continue
-			}
-			if w := ev.Tuple[col]; v.Kind != w.Kind || !bytes.Equal(v.Data, w.Data) {
-				t.Fatalf("%q: value %d is %+v, tuple column %d is %+v", m, i, v, col, w)
-			}
-		}
-		for _, v := range ev.Tuple {
-			if !bytes.Contains([]byte("nutb"), []byte{v.Kind}) || len(v.Data) > len(m) {
-				t.Fatalf("%q: bad tuple value %+v", m, v)
-			}
-		}
+		checkValues(t, m, ev)
 	case decoder.KindRelation:
 		rel := ev.Relation
 		if rel == nil || len(rel.Wanted) != len(outboxWanted) {
@@ -110,5 +99,31 @@ func checkEvent(t *testing.T, m []byte, ev *decoder.Event) {
 		}
 	default:
 		t.Fatalf("%q: unknown kind %v", m, ev.Kind)
+	}
+}
+
+// checkValues checks that an Insert or Unmapped event's values are its
+// tuple's wanted columns.
+func checkValues(t *testing.T, m []byte, ev *decoder.Event) {
+	rel := ev.Relation
+	if len(ev.Values) != len(outboxWanted) || len(ev.Tuple) != len(rel.Columns) {
+		t.Fatalf("%q: %d values, %d tuple columns; want %d, %d", m, len(ev.Values), len(ev.Tuple), len(outboxWanted), len(rel.Columns))
+	}
+	for i, col := range rel.Wanted {
+		v := ev.Values[i]
+		if col < 0 {
+			if !v.Missing() {
+				t.Fatalf("%q: value %d should be missing: %+v", m, i, v)
+			}
+			continue
+		}
+		if w := ev.Tuple[col]; v.Kind != w.Kind || !bytes.Equal(v.Data, w.Data) {
+			t.Fatalf("%q: value %d is %+v, tuple column %d is %+v", m, i, v, col, w)
+		}
+	}
+	for _, v := range ev.Tuple {
+		if !bytes.Contains([]byte("nutb"), []byte{v.Kind}) || len(v.Data) > len(m) {
+			t.Fatalf("%q: bad tuple value %+v", m, v)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -21,6 +22,33 @@ const (
 	oidTimestamptz = 1184
 	oidJSONB       = 3802
 )
+
+// The headers cdc-outbox sets on every record.
+const (
+	HeaderID            = "id"
+	HeaderEventType     = "event_type"
+	HeaderAggregateType = "aggregate_type"
+	HeaderSource        = "source"
+)
+
+// ReservedHeaders are the header keys cdc-outbox sets itself. A key of the
+// headers column equal to one of them is a bad event: the record would
+// carry the header twice. Add every header the streamer comes to set here.
+var ReservedHeaders = []string{HeaderID, HeaderEventType, HeaderAggregateType, HeaderSource}
+
+// reserved reports whether the escaped JSON key k, once unescaped, is one
+// of ReservedHeaders. It allocates only for keys with escapes.
+func reserved(k []byte) bool {
+	if bytes.IndexByte(k, '\\') >= 0 {
+		k = appendUnescaped(nil, k)
+	}
+	for _, h := range ReservedHeaders {
+		if string(k) == h {
+			return true
+		}
+	}
+	return false
+}
 
 // Column is one column value as decoded from pgoutput (text format). The
 // caller fills a reusable slice in the order given by Mapper.Columns().
@@ -158,6 +186,10 @@ func New(cfg Config) (*Mapper, error) {
 // used twice appears once. The caller must not modify the slice.
 func (m *Mapper) Columns() []string { return m.cols }
 
+// Source is the value of every record's source header, nil for none.
+// Callers must not modify it.
+func (m *Mapper) Source() []byte { return m.source }
+
 // EventID returns the event id text from cols (for error messages and
 // dead-letter), or "" when it is NULL or missing.
 func (m *Mapper) EventID(cols []Column) string {
@@ -244,10 +276,10 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 	buf, hdrs[0].Value = carve(buf, req[roleID])
 	buf, hdrs[1].Value = carve(buf, req[roleEventType])
 	buf, hdrs[2].Value = carve(buf, req[roleAggregateType])
-	hdrs[0].Key, hdrs[1].Key, hdrs[2].Key = "id", "event_type", "aggregate_type"
+	hdrs[0].Key, hdrs[1].Key, hdrs[2].Key = HeaderID, HeaderEventType, HeaderAggregateType
 	if m.source != nil {
 		// Shared by every record: nothing downstream modifies a header.
-		hdrs = append(hdrs, kgo.RecordHeader{Key: "source", Value: m.source})
+		hdrs = append(hdrs, kgo.RecordHeader{Key: HeaderSource, Value: m.source})
 	}
 	if extra > 0 {
 		it := memberIter{doc: hdrDoc}
@@ -417,6 +449,12 @@ func (m *Mapper) scanHeaders(cols []Column, c *Column) (n, size int, err error) 
 			return 0, 0, m.bad(cols, column, fmt.Sprintf("has a %d-byte key %s, over the %d-byte header limit (MaxHeaderBytes)", kl, excerpt(k), m.maxHeader))
 		case vl > m.maxHeader:
 			return 0, 0, m.bad(cols, column, fmt.Sprintf("header %s is %d bytes, over the %d-byte header limit (MaxHeaderBytes); put large data in the payload", excerpt(k), vl, m.maxHeader))
+		case reserved(k):
+			// A second "id" header would make consumers that read one
+			// header by name (Java's lastHeader) take this value for the
+			// event id, and dedupe different events as one.
+			return 0, 0, m.bad(cols, column, fmt.Sprintf("has key %s, a header cdc-outbox sets itself (%s); rename the key in the row",
+				excerpt(appendUnescaped(nil, k)), strings.Join(ReservedHeaders, ", ")))
 		}
 		n++
 		size += vl

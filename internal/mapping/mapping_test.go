@@ -296,6 +296,11 @@ func TestHeaders(t *testing.T) {
 		{name: "limit counts unescaped bytes", headers: col(oidJSONB, `{"big": "`+strings.Repeat(`\n`, 65536)+`"}`), want: []string{"big=" + strings.Repeat("\n", 65536)}},
 		{name: "oversize key", headers: col(oidJSONB, `{"`+strings.Repeat("k", 65537)+`": 1}`), bad: "65537-byte key"},
 		{name: "wrong type", headers: col(23, `1`), bad: "has type OID 23"},
+		{name: "reserved id", headers: col(oidJSONB, `{"a": "1", "id": "x"}`), bad: `has key "id", a header cdc-outbox sets itself`},
+		{name: "reserved event_type", headers: col(oidJSONB, `{"event_type": "y"}`), bad: `has key "event_type"`},
+		{name: "reserved aggregate_type", headers: col(oidJSON, `{"aggregate_type": 1}`), bad: `has key "aggregate_type"`},
+		{name: "reserved key escaped", headers: col(oidJSON, `{"\u0069d": "x"}`), bad: `has key "id"`},
+		{name: "reserved keys are case-sensitive", headers: col(oidJSONB, `{"ID": "x", "Event_Type": "y"}`), want: []string{"ID=x", "Event_Type=y"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, err := mapRow(t, DefaultConfig(), map[string]Column{"headers": tc.headers})

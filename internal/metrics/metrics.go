@@ -8,6 +8,7 @@
 //	cdc_outbox_events_skipped_total{reason}     counter   changes not published: update, delete, truncate, other_table
 //	cdc_outbox_bad_events_total{action}         counter   bad events: failed (stopped the stream) or dead_lettered
 //	cdc_outbox_publish_errors_total             counter   produce errors, retried ones included
+//	cdc_outbox_timestamps_replaced_total        counter   records whose created_at was too far ahead for Kafka and that carry the produce time instead
 //	cdc_outbox_lag_seconds                      gauge     age by commit time of the oldest transaction not yet confirmed; 0 when none
 //	cdc_outbox_replication_lag_bytes            gauge     server WAL end minus the confirmed LSN
 //	cdc_outbox_end_to_end_latency_seconds       histogram commit time to broker acknowledgement
@@ -18,6 +19,8 @@
 //	cdc_outbox_inflight_bytes                   gauge     their estimated size
 //	cdc_outbox_slot_retained_wal_bytes          gauge     pg_current_wal_lsn() - restart_lsn of the slot
 //	cdc_outbox_slot_active                      gauge     1 while a process streams from the slot
+//	cdc_outbox_slot_failover                    gauge     1 when the slot is a failover slot (PostgreSQL 17+), synchronized to standbys
+//	cdc_outbox_slot_failover_ready              gauge     1 when it is, and every standby slot the primary's synchronized_standby_slots names is streaming
 //	cdc_outbox_slot_wal_status{status}          gauge     1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others
 //	cdc_outbox_connected{target}                gauge     1 while connected: target postgres (streaming) or kafka (answers metadata requests)
 //	cdc_outbox_reconnects_total{target}         counter   reconnections to postgres or kafka
@@ -80,11 +83,14 @@ type Metrics struct {
 	topics          sync.Map // topic → prometheus.Counter, so an ack costs no label hashing
 	badEvents       *prometheus.CounterVec
 	publishErrors   prometheus.Counter
+	tsReplaced      prometheus.Counter
 	latency         prometheus.Histogram
 	receiveLatency  prometheus.Histogram
 	slotRetained    prometheus.Gauge
 	slotActive      prometheus.Gauge
 	slotWALStatus   *prometheus.GaugeVec
+	slotFailover    prometheus.Gauge
+	failoverReady   prometheus.Gauge
 	kafkaUp         atomic.Bool
 	kafkaReconnects atomic.Uint64
 	ready           func() (bool, string)
@@ -109,6 +115,10 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		publishErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "cdc_outbox_publish_errors_total", Help: "Errors producing to Kafka, including ones that were retried.",
 		}),
+		tsReplaced: f.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_outbox_timestamps_replaced_total",
+			Help: "Records whose created_at was too far ahead for Kafka (which refuses timestamps over an hour ahead by default) and that carry the produce time instead.",
+		}),
 		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "cdc_outbox_end_to_end_latency_seconds", Help: "Time from the transaction's commit to the broker's acknowledgement of its event.",
 			Buckets: LatencyBuckets,
@@ -119,6 +129,12 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		}),
 		slotRetained: f.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_outbox_slot_retained_wal_bytes", Help: "WAL the replication slot makes PostgreSQL keep: pg_current_wal_lsn() - restart_lsn.",
+		}),
+		slotFailover: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_failover", Help: "1 when the replication slot is a failover slot (PostgreSQL 17+), which standbys with sync_replication_slots = on keep a copy of.",
+		}),
+		failoverReady: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_failover_ready", Help: "1 when the slot is a failover slot and every standby slot named in the primary's synchronized_standby_slots is streaming.",
 		}),
 		slotActive: f.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_outbox_slot_active", Help: "1 while a process streams from the replication slot.",
@@ -261,6 +277,10 @@ func (m *Metrics) Received(commitUnixNano int64) {
 // dead_lettered.
 func (m *Metrics) Bad(action string) { m.badEvents.WithLabelValues(action).Inc() }
 
+// TimestampReplaced records a record whose created_at was replaced by the
+// produce time.
+func (m *Metrics) TimestampReplaced() { m.tsReplaced.Inc() }
+
 // Slot records the slot's state from the poller.
 func (m *Metrics) Slot(active bool, retainedBytes int64, walStatus string) {
 	m.slotActive.Set(b2f(active))
@@ -268,6 +288,14 @@ func (m *Metrics) Slot(active bool, retainedBytes int64, walStatus string) {
 	for _, s := range WALStatuses {
 		m.slotWALStatus.WithLabelValues(s).Set(b2f(s == walStatus))
 	}
+}
+
+// SlotFailover records whether the slot is a failover slot, and whether the
+// standbys that synchronized_standby_slots names stream: then a failover to
+// one of them keeps the stream.
+func (m *Metrics) SlotFailover(failover, standbysStreaming bool) {
+	m.slotFailover.Set(b2f(failover))
+	m.failoverReady.Set(b2f(failover && standbysStreaming))
 }
 
 // Kafka records whether the broker answers; a false→true change after the

@@ -51,7 +51,9 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.Acked("outbox.event.payment", time.Date(2026, 12, 1, 0, 0, 9, 996_000_000, time.UTC).UnixNano())
 	m.Acked("outbox.event.payment", 0)
 	m.Bad("dead_lettered")
+	m.TimestampReplaced()
 	m.Slot(true, 4096, "extended")
+	m.SlotFailover(true, false)
 	m.Kafka(true, false, false)
 	hooks := m.Hooks()
 	hooks[1].(kgo.HookProduceRecordUnbuffered).OnProduceRecordUnbuffered(&kgo.Record{}, io.EOF)
@@ -108,6 +110,12 @@ cdc_outbox_replication_lag_bytes 500
 # HELP cdc_outbox_slot_active 1 while a process streams from the replication slot.
 # TYPE cdc_outbox_slot_active gauge
 cdc_outbox_slot_active 1
+# HELP cdc_outbox_slot_failover 1 when the replication slot is a failover slot (PostgreSQL 17+), which standbys with sync_replication_slots = on keep a copy of.
+# TYPE cdc_outbox_slot_failover gauge
+cdc_outbox_slot_failover 1
+# HELP cdc_outbox_slot_failover_ready 1 when the slot is a failover slot and every standby slot named in the primary's synchronized_standby_slots is streaming.
+# TYPE cdc_outbox_slot_failover_ready gauge
+cdc_outbox_slot_failover_ready 0
 # HELP cdc_outbox_slot_retained_wal_bytes WAL the replication slot makes PostgreSQL keep: pg_current_wal_lsn() - restart_lsn.
 # TYPE cdc_outbox_slot_retained_wal_bytes gauge
 cdc_outbox_slot_retained_wal_bytes 4096
@@ -120,6 +128,9 @@ cdc_outbox_slot_wal_status{status="unreserved"} 0
 # HELP cdc_outbox_status_updates_total Standby status updates sent to PostgreSQL (confirmed positions and keepalives).
 # TYPE cdc_outbox_status_updates_total counter
 cdc_outbox_status_updates_total 11
+# HELP cdc_outbox_timestamps_replaced_total Records whose created_at was too far ahead for Kafka (which refuses timestamps over an hour ahead by default) and that carry the produce time instead.
+# TYPE cdc_outbox_timestamps_replaced_total counter
+cdc_outbox_timestamps_replaced_total 1
 # HELP cdc_outbox_transactions_total Transactions fully confirmed to PostgreSQL.
 # TYPE cdc_outbox_transactions_total counter
 cdc_outbox_transactions_total 7
@@ -129,8 +140,9 @@ cdc_outbox_transactions_total 7
 		"cdc_outbox_bad_events_total", "cdc_outbox_build_info", "cdc_outbox_confirmed_lsn", "cdc_outbox_connected",
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
 		"cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
-		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active",
-		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_transactions_total",
+		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
+		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
+		"cdc_outbox_transactions_total",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)

@@ -3,8 +3,10 @@
 // their acknowledgements reported to the checkpoint.
 //
 // It owns the per-event decisions: which transaction a record belongs to,
-// what happens to a bad event (stop, or dead-letter by explicit policy), and
-// how much may be in flight before reading pauses. It must never drop an
+// which relations are the outbox (asking the catalog about each relation the
+// stream describes that is not yet known as the outbox), what happens to a
+// bad event (stop, or dead-letter by explicit policy), and how much may be
+// in flight before reading pauses. It must never drop an
 // event silently, never let the checkpoint pass an event that went nowhere,
 // and never wait on Kafka (the replication loop calls it and must stay free
 // to send status updates).
@@ -15,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,6 +27,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 )
 
 // Bad-event policies.
@@ -33,7 +38,6 @@ const (
 
 // Config is the pipeline's share of the streamer's configuration.
 type Config struct {
-	Schema, Table     string
 	Mapping           mapping.Config
 	OnBadEvent        string // Fail or DeadLetter
 	DeadLetterTopic   string
@@ -44,6 +48,17 @@ type Config struct {
 	MaxRecordBytes int
 }
 
+// Catalog says what a relation the stream describes is; replication.Catalog
+// implements it from the database's catalog. The pipeline asks it from the
+// replication loop, on each Relation message of a relation not yet known to
+// be the outbox, before any change of that relation is decided on. why is a
+// phrase for the log, or, for RoleUnmapped, why the relation cannot be
+// mapped and what to do. An error wrapping replication.ErrCatalog makes the
+// stream read the transaction again on a new connection.
+type Catalog interface {
+	Classify(rel *decoder.Relation) (role decoder.Role, why string, err error)
+}
+
 // Producer is the sink as the pipeline sees it.
 type Producer interface {
 	Produce(r *kgo.Record)
@@ -51,12 +66,16 @@ type Producer interface {
 
 // Pipeline implements replication.Handler.
 type Pipeline struct {
-	cfg    Config
-	dec    *decoder.Decoder
-	mapper *mapping.Mapper
-	ckpt   *checkpoint.Tracker
-	sink   Producer
-	log    *slog.Logger
+	cfg     Config
+	dec     *decoder.Decoder
+	catalog Catalog
+	mapper  *mapping.Mapper
+	ckpt    *checkpoint.Tracker
+	sink    Producer
+	log     *slog.Logger
+
+	// unmapped says, for each relation the catalog could not map, why.
+	unmapped map[uint32]string
 
 	cols []mapping.Column // reused for every insert
 	tx   *checkpoint.Tx   // the open transaction, nil between Commit and Begin
@@ -67,6 +86,16 @@ type Pipeline struct {
 	inflightBytes atomic.Int64
 	room          chan struct{}
 	failed        chan error
+	sent          uint64 // records produced so far; orders them (replication goroutine only)
+
+	// Records the broker refused in a batch are sent again one at a time
+	// (refused.go). isolating is set while any is left; the rest is
+	// guarded by mu.
+	isolating atomic.Bool
+	mu        sync.Mutex
+	refusedQ  []*pending // refused in a batch, in promise order: to send alone
+	alone     *pending   // sent alone, not yet acknowledged or refused
+	next      *pending   // to produce next from the replication goroutine
 
 	obs Observer
 }
@@ -82,6 +111,9 @@ type Observer interface {
 	// Bad: an event could not be published; action is failed or
 	// dead_lettered.
 	Bad(action string)
+	// TimestampReplaced: an event's created_at was too far ahead for the
+	// broker, and the record carries the produce time instead.
+	TimestampReplaced()
 }
 
 type noObserver struct{}
@@ -89,10 +121,11 @@ type noObserver struct{}
 func (noObserver) Acked(string, int64) {}
 func (noObserver) Received(int64)      {}
 func (noObserver) Bad(string)          {}
+func (noObserver) TimestampReplaced()  {}
 
 // New builds a pipeline. The sink is attached with SetSink, because the
 // sink's acknowledgement callback is the pipeline's Ack.
-func New(cfg Config, ckpt *checkpoint.Tracker, log *slog.Logger) (*Pipeline, error) {
+func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, log *slog.Logger) (*Pipeline, error) {
 	m, err := mapping.New(cfg.Mapping)
 	if err != nil {
 		return nil, err
@@ -108,15 +141,17 @@ func New(cfg Config, ckpt *checkpoint.Tracker, log *slog.Logger) (*Pipeline, err
 	}
 	wanted := m.Columns()
 	return &Pipeline{
-		cfg:    cfg,
-		dec:    decoder.New(cfg.Schema, cfg.Table, wanted),
-		mapper: m,
-		ckpt:   ckpt,
-		log:    log.With("component", "pipeline"),
-		cols:   make([]mapping.Column, len(wanted)),
-		room:   make(chan struct{}, 1),
-		failed: make(chan error, 1),
-		obs:    noObserver{},
+		cfg:      cfg,
+		dec:      decoder.New(wanted),
+		catalog:  catalog,
+		mapper:   m,
+		ckpt:     ckpt,
+		log:      log.With("component", "pipeline"),
+		unmapped: make(map[uint32]string),
+		cols:     make([]mapping.Column, len(wanted)),
+		room:     make(chan struct{}, 1),
+		failed:   make(chan error, 1),
+		obs:      noObserver{},
 	}, nil
 }
 
@@ -138,11 +173,16 @@ type pending struct {
 	tx              *checkpoint.Tx
 	lsn             pglogrepl.LSN
 	size            int64
-	commitTime      int64 // unix nanoseconds, for latency
+	commitTime      int64             // unix nanoseconds, for latency
+	seq             uint64            // production order
+	rel             *decoder.Relation // the row's relation, named in a dead-letter record
+	// dead is set when the record is a dead-letter record: what it sets
+	// aside, logged once the broker has it.
+	dead *deadLetter
 }
 
-func (p *Pipeline) newPending(lsn pglogrepl.LSN) *pending {
-	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn}
+func (p *Pipeline) newPending(lsn pglogrepl.LSN, rel *decoder.Relation) *pending {
+	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn, rel: rel}
 }
 
 // WAL handles one pgoutput message that starts at lsn.
@@ -156,9 +196,14 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
 		p.obs.Received(p.commitTime)
-	case decoder.KindInsert:
+	case decoder.KindRelation:
+		return p.relation(ev)
+	case decoder.KindInsert, decoder.KindUnmapped:
 		if p.tx == nil {
 			return fmt.Errorf("insert at LSN %s outside a transaction: the stream is out of order", lsn)
+		}
+		if ev.Kind == decoder.KindUnmapped {
+			return p.unmappedInsert(lsn, ev)
 		}
 		return p.insert(lsn, ev)
 	case decoder.KindCommit:
@@ -171,7 +216,64 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 	return nil
 }
 
-func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
+// relation settles the role of a relation the stream describes, before any
+// change of it: pgoutput sends a Relation message ahead of the first change
+// of each relation in a session, and again after the relation changed
+// (altered, renamed, attached as a partition). A relation known to be the
+// outbox stays so for the life of the process: renamed or moved, it is the
+// same table; detached, it sends no more rows, or, in a publication that
+// publishes it on its own (FOR ALL TABLES, FOR TABLES IN SCHEMA), its later
+// rows are published as the outbox's until the next start, which is a
+// repeat at worst, never a loss. Any other relation is looked up on each of
+// its Relation messages, so a table attached as a partition since it was
+// last looked up becomes the outbox's.
+func (p *Pipeline) relation(ev *decoder.Event) error {
+	rel, prev := ev.Relation, ev.Replaced
+	if rel.Role != decoder.RoleOutbox {
+		role, why, err := p.catalog.Classify(rel)
+		if err != nil {
+			return fmt.Errorf("relation %s.%s (OID %d): %w", rel.Namespace, rel.Name, rel.ID, err)
+		}
+		was := rel.Role
+		rel = p.dec.Assign(rel.ID, role)
+		delete(p.unmapped, rel.ID)
+		switch {
+		case role == decoder.RoleUnmapped:
+			p.unmapped[rel.ID] = why
+		case role == was:
+		case role == decoder.RoleOutbox:
+			p.log.Info("streaming the inserts of a relation of the outbox", "relation", rel.Namespace+"."+rel.Name, "oid", rel.ID, "is", why)
+		case role == decoder.RoleOther:
+			p.log.Info("the publication sends a table that is not the outbox: its inserts are skipped (other_table)",
+				"relation", rel.Namespace+"."+rel.Name, "oid", rel.ID, "is", why)
+		}
+	}
+	if rel.Role == decoder.RoleOutbox && prev != nil && (prev.Namespace != rel.Namespace || prev.Name != rel.Name) {
+		p.log.Info("a relation of the outbox was renamed or moved; streaming goes on: cdc-outbox follows the relation, not its name",
+			"oid", rel.ID, "from", prev.Namespace+"."+prev.Name, "to", rel.Namespace+"."+rel.Name)
+	}
+	return nil
+}
+
+// unmappedInsert is an insert the publication sent from a relation that the
+// catalog cannot tie to the outbox: a bad event, never a skip, so the
+// confirmed position cannot pass it unless it reached the dead-letter topic.
+func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
+	rel := ev.Relation
+	p.fill(ev)
+	why, ok := p.unmapped[rel.ID]
+	if !ok {
+		why = "it was never looked up in the catalog" // cannot happen: every Relation message is
+	}
+	return p.bad(lsn, ev, &mapping.BadEventError{
+		EventID: p.mapper.EventID(p.cols),
+		Reason: fmt.Sprintf("the publication sent it from relation %s.%s (OID %d), which cannot be mapped to the outbox table: %s",
+			rel.Namespace, rel.Name, rel.ID, why),
+	})
+}
+
+// fill puts an insert's wanted values into p.cols.
+func (p *Pipeline) fill(ev *decoder.Event) {
 	rel := ev.Relation
 	for i, v := range ev.Values {
 		c := &p.cols[i]
@@ -180,11 +282,21 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 			c.TypeOID = rel.Columns[j].TypeOID
 		}
 	}
-	pd := p.newPending(lsn)
+}
+
+func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
+	p.fill(ev)
+	pd := p.newPending(lsn, ev.Relation)
 	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
 		return p.bad(lsn, ev, err)
 	}
-	pd.size = recordSize(&pd.rec)
+	if ts := pd.rec.Timestamp; ts.After(time.Now().Add(MaxTimestampAhead)) {
+		p.obs.TimestampReplaced()
+		p.log.Warn("created_at is too far ahead for Kafka, which refuses timestamps more than an hour ahead by default: the record carries the produce time instead. Check the writer's clock, or whether the column is timestamp without time zone written in local time",
+			"event_id", p.mapper.EventID(p.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
+		pd.rec.Timestamp = time.Time{}
+	}
+	pd.size = RecordSize(&pd.rec)
 	if int(pd.size) > p.cfg.MaxRecordBytes {
 		return p.bad(lsn, ev, &mapping.BadEventError{
 			EventID: p.mapper.EventID(p.cols),
@@ -196,11 +308,22 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	return nil
 }
 
+// MaxTimestampAhead is how far ahead of the streamer's clock a created_at
+// may be and still become the record's timestamp. Kafka refuses a record
+// more than message.timestamp.after.max.ms ahead of the broker's clock (one
+// hour by default since Kafka 3.6) with INVALID_TIMESTAMP; five minutes of
+// margin cover a broker clock somewhat behind this one. A later timestamp
+// is replaced by the produce time, so a wrong clock never stops the stream;
+// a broker set stricter refuses the record, and the bad-event policy
+// applies.
+const MaxTimestampAhead = time.Hour - 5*time.Minute
+
 // recordOverhead is a generous bound on a record's framing in a batch, so
 // the size check errs on the side of "too big" rather than a broker refusal.
 const recordOverhead = 512
 
-func recordSize(r *kgo.Record) int64 {
+// RecordSize is that bound for r: what --max-record-bytes is compared with.
+func RecordSize(r *kgo.Record) int64 {
 	n := len(r.Key) + len(r.Value) + len(r.Topic) + recordOverhead
 	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value) + 8
@@ -210,8 +333,10 @@ func recordSize(r *kgo.Record) int64 {
 
 func (p *Pipeline) send(pd *pending) {
 	pd.commitTime = p.commitTime
+	pd.seq = p.sent
+	p.sent++
 	if pd.size == 0 {
-		pd.size = recordSize(&pd.rec)
+		pd.size = RecordSize(&pd.rec)
 	}
 	// Set last: the mapping fills the record whole.
 	pd.rec.Context = pd
@@ -225,18 +350,48 @@ func (p *Pipeline) send(pd *pending) {
 // Ack is the sink's acknowledgement callback.
 func (p *Pipeline) Ack(r *kgo.Record, err error) {
 	pd := r.Context.(*pending)
-	if err != nil {
-		// A record the broker refused for good. Its transaction never
+	switch {
+	case err == nil:
+		p.acked(pd)
+	case errors.Is(err, kgo.ErrClientClosed):
+		// The producer was closed on shutdown, after --shutdown-timeout,
+		// with the record unacknowledged. Its position was never
+		// confirmed, so the next start sends it again: not a bad event.
+	case pd.dead != nil:
+		// Nowhere left to put the event.
+		p.obs.Bad("failed")
+		p.fail(fmt.Errorf("bad event %s at LSN %s could not be set aside: Kafka refused its dead-letter record for topic %q: %w%s",
+			pd.dead.id, pd.lsn, r.Topic, err, refusalHint(err)))
+	case sink.Refused(err):
+		p.refused(pd, err)
+	default:
+		// The cluster refuses (authorization, a topic that does not
+		// exist): every record would fail alike. The transaction never
 		// completes, so the confirmed position stays before it; stop.
 		p.obs.Bad("failed")
 		p.fail(fmt.Errorf("event %s at LSN %s: Kafka refused the record for topic %q: %w%s",
 			eventID(r), pd.lsn, r.Topic, err, refusalHint(err)))
-		return
 	}
-	p.obs.Acked(r.Topic, pd.commitTime)
+}
+
+// acked settles a record the broker has.
+func (p *Pipeline) acked(pd *pending) {
+	if p.isolating.Load() {
+		p.ackedWhileIsolating(pd)
+	}
+	if pd.dead != nil {
+		p.obs.Bad("dead_lettered")
+		p.log.Warn("bad event sent to the dead-letter topic", "event_id", pd.dead.id, "lsn", pd.lsn, "topic", pd.rec.Topic, "error", pd.dead.reason)
+	}
+	p.obs.Acked(pd.rec.Topic, pd.commitTime)
 	p.ckpt.Ack(pd.tx)
 	p.inflight.Add(-1)
 	p.inflightBytes.Add(-pd.size)
+	p.wake()
+}
+
+// wake tells a paused stream to ask Full again.
+func (p *Pipeline) wake() {
 	select {
 	case p.room <- struct{}{}:
 	default:
@@ -253,15 +408,21 @@ func (p *Pipeline) fail(err error) {
 // eventID reads the id header the mapping put first.
 func eventID(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == "id" {
+		if h.Key == mapping.HeaderID {
 			return string(h.Value)
 		}
 	}
 	return "?"
 }
 
-// Full reports whether reading must pause.
+// Full reports whether reading must pause. The replication goroutine asks
+// it before every message, so while refused records are sent again one at
+// a time it also produces the next of them (refused.go): all producing
+// stays on that goroutine, in one order.
 func (p *Pipeline) Full() bool {
+	if p.isolating.Load() {
+		return p.isolate()
+	}
 	return p.inflight.Load() >= int64(p.cfg.MaxInflightEvents) || p.inflightBytes.Load() >= p.cfg.MaxInflightBytes
 }
 

@@ -74,10 +74,10 @@ func newTestPipeline(t *testing.T, policy string, maxInflight int) (*Pipeline, *
 	t.Helper()
 	ck := checkpoint.New(100)
 	p, err := New(Config{
-		Schema: "public", Table: "outbox", Mapping: mapping.DefaultConfig(),
+		Mapping:    mapping.DefaultConfig(),
 		OnBadEvent: policy, DeadLetterTopic: "dlq",
 		MaxInflightEvents: maxInflight, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
-	}, ck, slog.New(slog.DiscardHandler))
+	}, ck, newFakeCatalog(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,21 +189,239 @@ func TestLostDiscardsTheOpenTransaction(t *testing.T) {
 	}
 }
 
-func TestBrokerRefusalFailsWithTheEvent(t *testing.T) {
+// countingObserver counts what the pipeline reports.
+type countingObserver struct {
+	acked, replaced int
+	bad             map[string]int
+}
+
+func (o *countingObserver) Acked(string, int64) { o.acked++ }
+func (o *countingObserver) Received(int64)      {}
+func (o *countingObserver) Bad(action string)   { o.bad[action]++ }
+func (o *countingObserver) TimestampReplaced()  { o.replaced++ }
+
+func observe(p *Pipeline) *countingObserver {
+	o := &countingObserver{bad: map[string]int{}}
+	p.SetObserver(o)
+	return o
+}
+
+func failure(p *Pipeline) error {
+	select {
+	case err := <-p.Failed():
+		return err
+	default:
+		return nil
+	}
+}
+
+// refuseBatch fails records the way franz-go fails a partition whose
+// batch the broker refused: every buffered record, in order, same error.
+func refuseBatch(p *Pipeline, err error, recs ...*kgo.Record) {
+	for _, r := range recs {
+		p.Ack(r, err)
+	}
+}
+
+// TestBrokerRefusalFindsTheRecordUnderFail: the broker refuses a batch of
+// three records of which one is too large. Each is sent again alone, in
+// order, after everything else settled; the neighbour before it goes
+// through, and the stream stops naming the one refused alone.
+func TestBrokerRefusalFindsTheRecordUnderFail(t *testing.T) {
+	p, ck, s := newTestPipeline(t, Fail, 100)
+	o := observe(p)
+	if err := feed(t, p, relationMsg(), beginMsg(500), row("6", "payment"), row("7", "payment"), row("8", "payment"), commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	refuseBatch(p, kerr.MessageTooLarge, s.records...)
+	if failure(p) != nil || !p.Full() {
+		t.Fatal("a refused batch must pause reading and stop nothing yet")
+	}
+	if len(s.records) != 4 || eventID(s.records[3]) != "6" {
+		t.Fatalf("want event 6 sent again alone, got %d records", len(s.records))
+	}
+	if !p.Full() || len(s.records) != 4 {
+		t.Fatal("sent the next record before the broker answered for the one sent alone")
+	}
+	p.Ack(s.records[3], nil)
+	if !p.Full() || len(s.records) != 5 || eventID(s.records[4]) != "7" {
+		t.Fatalf("want event 7 sent alone next, got %d records", len(s.records))
+	}
+	p.Ack(s.records[4], kerr.MessageTooLarge)
+	err := failure(p)
+	if err == nil || !strings.Contains(err.Error(), "bad event 7 at LSN") || !errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "--max-record-bytes") {
+		t.Fatalf("err = %v, want it to name event 7, its LSN, the refusal and a hint", err)
+	}
+	if o.bad["failed"] != 1 || ck.Confirmed() != 100 {
+		t.Fatalf("bad %v, confirmed %s: want one failed and nothing confirmed", o.bad, ck.Confirmed())
+	}
+}
+
+// TestBrokerRefusalDeadLettersAndKeepsOrder: under dead-letter the record
+// refused alone is replaced by its dead-letter record, its neighbours are
+// sent again in their order, and the transaction is confirmed once all of
+// it is acknowledged.
+func TestBrokerRefusalDeadLettersAndKeepsOrder(t *testing.T) {
+	p, ck, s := newTestPipeline(t, DeadLetter, 100)
+	o := observe(p)
+	if err := feed(t, p, relationMsg(), beginMsg(500), row("6", "payment"), row("7", "payment"), row("8", "payment"), commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	p.Ack(s.records[0], nil)
+	refuseBatch(p, kerr.InvalidTimestamp, s.records[1], s.records[2])
+	p.Full()
+	p.Ack(s.records[3], kerr.InvalidTimestamp) // event 7, alone
+	if o.bad["dead_lettered"] != 0 {
+		t.Fatal("counted as dead-lettered before the broker had the dead-letter record")
+	}
+	p.Full()
+	dl := s.records[4]
+	if dl.Topic != "dlq" || eventID(dl) != "7" || !strings.Contains(header(dl, "error"), "INVALID_TIMESTAMP") || !strings.Contains(string(dl.Value), `"topic":"outbox.event.payment"`) {
+		t.Fatalf("dead-letter record: topic %q id %q error %q value %s", dl.Topic, eventID(dl), header(dl, "error"), dl.Value)
+	}
+	p.Ack(dl, nil)
+	if o.bad["dead_lettered"] != 1 {
+		t.Fatalf("bad events %v, want one dead-lettered", o.bad)
+	}
+	p.Full()
+	if len(s.records) != 6 || eventID(s.records[5]) != "8" {
+		t.Fatalf("want event 8 sent again after the dead letter, got %d records", len(s.records))
+	}
+	p.Ack(s.records[5], nil)
+	if p.Full() || failure(p) != nil {
+		t.Fatal("still paused, or failed, once every refused record is settled")
+	}
+	if ck.Confirmed() != 600 || p.InFlight() != 0 || p.InFlightBytes() != 0 {
+		t.Fatalf("confirmed %s in flight %d/%d", ck.Confirmed(), p.InFlight(), p.InFlightBytes())
+	}
+}
+
+// TestRefusalWaitsForEverythingInFlight: records of other partitions still
+// unanswered when a batch is refused may be refused too; nothing is sent
+// again before they settle.
+func TestRefusalWaitsForEverythingInFlight(t *testing.T) {
+	p, _, s := newTestPipeline(t, DeadLetter, 100)
+	if err := feed(t, p, relationMsg(), beginMsg(500), row("1", "payment"), row("2", "order"), commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	p.Ack(s.records[0], kerr.MessageTooLarge)
+	p.Full()
+	if len(s.records) != 2 {
+		t.Fatal("sent a refused record again while another was in flight")
+	}
+	p.Ack(s.records[1], nil)
+	p.Full()
+	if len(s.records) != 3 || eventID(s.records[2]) != "1" {
+		t.Fatalf("want event 1 sent again once the rest settled, got %d records", len(s.records))
+	}
+}
+
+// TestClusterRefusalStops: a refusal that concerns the cluster stops at
+// once, naming the event.
+func TestClusterRefusalStops(t *testing.T) {
 	p, ck, s := newTestPipeline(t, DeadLetter, 100)
 	if err := feed(t, p, relationMsg(), beginMsg(500), row("7", "payment"), commitMsg(600)); err != nil {
 		t.Fatal(err)
 	}
-	p.Ack(s.records[0], kerr.MessageTooLarge)
-	select {
-	case err := <-p.Failed():
-		if !strings.Contains(err.Error(), "event 7 at LSN") || !errors.Is(err, kerr.MessageTooLarge) || !strings.Contains(err.Error(), "--max-record-bytes") {
-			t.Fatalf("err = %v", err)
-		}
-	default:
-		t.Fatal("no failure reported")
+	p.Ack(s.records[0], kerr.TopicAuthorizationFailed)
+	err := failure(p)
+	if err == nil || !strings.Contains(err.Error(), "event 7 at LSN") || !strings.Contains(err.Error(), "grant the producer WRITE") {
+		t.Fatalf("err = %v", err)
 	}
 	if ck.Confirmed() != 100 {
 		t.Fatal("confirmed past a refused record")
+	}
+}
+
+// TestClosedClientIsNotABadEvent: records failed by closing the producer on
+// shutdown are not bad events and stop nothing; they stay unconfirmed.
+func TestClosedClientIsNotABadEvent(t *testing.T) {
+	p, ck, s := newTestPipeline(t, Fail, 100)
+	o := observe(p)
+	if err := feed(t, p, relationMsg(), beginMsg(500), row("7", "payment"), commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	p.Ack(s.records[0], kgo.ErrClientClosed)
+	if err := failure(p); err != nil || len(o.bad) != 0 {
+		t.Fatalf("failure %v, bad events %v: want none", err, o.bad)
+	}
+	if ck.Confirmed() != 100 {
+		t.Fatal("confirmed a record that was never acknowledged")
+	}
+}
+
+// TestDeadLetterRecordFitsAfterEncoding: JSON escapes control characters
+// to six bytes each; the dead-letter record is measured once encoded and
+// shrunk until it fits --max-record-bytes. <, > and & are not escaped.
+func TestDeadLetterRecordFitsAfterEncoding(t *testing.T) {
+	p, _, s := newTestPipeline(t, DeadLetter, 100)
+	p.cfg.MaxRecordBytes = 400_000
+	// 200,000 bytes, 450,000 once encoded by JSON (1,200,000 if <, > and &
+	// were escaped too).
+	big := strings.Repeat("\x01<>&", 50_000)
+	row := insertMsg("9", "bad topic!", "agg", "E", big, "\x00", "\x00")
+	if err := feed(t, p, relationMsg(), beginMsg(500), row, commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	dl := s.records[0]
+	if size := RecordSize(dl); size > int64(p.cfg.MaxRecordBytes) {
+		t.Fatalf("dead-letter record is %d bytes, over %d", size, p.cfg.MaxRecordBytes)
+	}
+	if !strings.Contains(string(dl.Value), `"omitted_bytes"`) || !strings.Contains(string(dl.Value), `"aggregate_type":"bad topic!"`) {
+		t.Fatalf("dead-letter value %.200s: want the payload omitted and the small columns kept", dl.Value)
+	}
+	small := insertMsg("10", "bad topic!", "agg", "E", `"<a & b>"`, "\x00", "\x00")
+	if err := feed(t, p, beginMsg(700), small, commitMsg(800)); err != nil {
+		t.Fatal(err)
+	}
+	if v := string(s.records[1].Value); !strings.Contains(v, `"payload":"\"<a & b>\""`) {
+		t.Fatalf("dead-letter value %s: want <, > and & as they are", v)
+	}
+}
+
+// TestTimestampTooFarAheadIsReplaced: a created_at more than
+// MaxTimestampAhead ahead is replaced by the produce time (a zero
+// timestamp, which franz-go fills), counted, and the event published.
+func TestTimestampTooFarAheadIsReplaced(t *testing.T) {
+	p, _, s := newTestPipeline(t, Fail, 100)
+	o := observe(p)
+	ahead := time.Now().Add(2 * time.Hour).UTC().Format("2006-01-02 15:04:05+00")
+	near := time.Now().Add(30 * time.Minute).UTC().Format("2006-01-02 15:04:05+00")
+	if err := feed(t, p, relationMsg(), beginMsg(500),
+		insertMsg("1", "payment", "a", "E", `{}`, "\x00", ahead),
+		insertMsg("2", "payment", "a", "E", `{}`, "\x00", near), commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	if !s.records[0].Timestamp.IsZero() || s.records[1].Timestamp.IsZero() || o.replaced != 1 {
+		t.Fatalf("timestamps %v and %v, replaced %d: want the first replaced, the second kept", s.records[0].Timestamp, s.records[1].Timestamp, o.replaced)
+	}
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// TestOvertakingIsReported: a later event of an aggregate that reaches the
+// broker while an earlier one waits to be sent again (the window inside the
+// Kafka client) is reported as an order violation, naming both events.
+func TestOvertakingIsReported(t *testing.T) {
+	p, _, s := newTestPipeline(t, DeadLetter, 100)
+	var log strings.Builder
+	p.log = slog.New(slog.NewTextHandler(&log, nil))
+	same := func(id string) []byte {
+		return insertMsg(id, "payment", "agg", "E", `{}`, "\x00", "\x00")
+	}
+	if err := feed(t, p, relationMsg(), beginMsg(500), same("1"), same("2"), commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	p.Ack(s.records[0], kerr.MessageTooLarge)
+	p.Ack(s.records[1], nil) // produced after 1, landed before it is resolved
+	if got := log.String(); !strings.Contains(got, "per-aggregate order not kept") || !strings.Contains(got, "event_id=2") || !strings.Contains(got, "earlier_event_id=1") {
+		t.Fatalf("no order violation reported:\n%s", got)
 	}
 }

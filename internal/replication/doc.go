@@ -3,6 +3,21 @@
 // confirmed position, receiving XLogData and keepalives, and standby status
 // updates carrying the checkpoint's confirmed LSN.
 //
+// It also owns what the catalog says about the outbox (catalog.go): which
+// relation --table is, which relations are part of it (its partitions and
+// inheritance children, the table renamed or moved), whether a relation the
+// stream describes provably is another table, and whether the publication
+// publishes every relation of the outbox, compared by relation, not by
+// name. The decisions are pure functions of the catalog's answers, tested
+// without a server.
+//
+// It owns following the primary (primary.go, failover.go): every
+// connection it opens insists on a primary, whatever hosts --postgres-url
+// lists, and a stream that reconnects to a promoted standby resumes only
+// when it is the same cluster on a newer timeline whose fork lies at or
+// after the confirmed position; a slot missing there is never created
+// again by itself. On PostgreSQL 17+ it makes the slot a failover slot.
+//
 // It must never start streaming from the server's current WAL position,
 // never send a position the checkpoint has not confirmed, never send a lower
 // position than before, and never let Kafka stall its status updates.

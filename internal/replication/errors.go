@@ -22,6 +22,12 @@ var ErrSlotInUse = errors.New("replication slot is in use by another process")
 // recreate the slot, since that skips those changes.
 var ErrWALLost = errors.New("the replication slot lost WAL it still needed (wal_status lost)")
 
+// ErrSlotGone means the replication slot does not exist where cdc-outbox
+// streams: dropped while it ran, or not carried over to a standby that was
+// promoted. A new slot would skip what was committed in between, so only a
+// person may decide to create one (--recreate-slot).
+var ErrSlotGone = errors.New("the replication slot is gone")
+
 // ErrServerSilent means the replication connection was given up because the
 // server sent nothing, not even an answer to a requested reply, for the
 // receive timeout: the network or the server hangs. Streaming resumes on a
@@ -71,16 +77,54 @@ func walLost(err error) bool {
 	return false
 }
 
-// walLostError is ErrWALLost for slot, with what it costs and how to
-// recover; cause is the server's error, if there was one.
-func walLostError(slot string, confirmed pglogrepl.LSN, cause error) error {
-	err := fmt.Errorf("replication slot %q: %w. PostgreSQL removed WAL the slot still needed, usually because the slot held more than "+
-		"max_slot_wal_keep_size while cdc-outbox was stopped or behind. Outbox events committed after %s (the last confirmed position) "+
+// reasonConflict is SlotInfo.Reason for a slot that PostgreSQL 16 reports
+// conflicting, without saying which conflict.
+const reasonConflict = "conflict"
+
+// Invalidation explains a reason for which PostgreSQL invalidates a slot
+// (SlotInfo.Reason): what happened, and how to keep it from happening
+// again. An empty reason is the only one before PostgreSQL 16: the WAL was
+// removed.
+func Invalidation(reason string) (what, prevent string) {
+	switch reason {
+	case "", "wal_removed":
+		return "PostgreSQL removed WAL the slot still needed, usually because the slot held more than max_slot_wal_keep_size while cdc-outbox was stopped or behind",
+			"raise max_slot_wal_keep_size or alert on cdc_outbox_slot_wal_status{status=\"unreserved\"}"
+	case "idle_timeout":
+		return "the slot stayed inactive longer than idle_replication_slot_timeout, so PostgreSQL invalidated it and let go of the WAL it held",
+			"keep cdc-outbox running (a hot standby instance on the same slot takes over within seconds), or raise idle_replication_slot_timeout (0 turns it off)"
+	case "rows_removed":
+		return "this server is a standby, and the primary removed catalog rows the slot still needed (a conflict with recovery)",
+			"between the primary and this standby, use a physical replication slot with hot_standby_feedback = on"
+	case "wal_level_insufficient":
+		return "this server is a standby, and the primary's wal_level was lowered below logical",
+			"keep wal_level = logical on the primary"
+	case reasonConflict:
+		return "this server is a standby, and the slot conflicted with recovery (the primary removed rows it needed, or lowered wal_level)",
+			"between the primary and this standby, use a physical replication slot with hot_standby_feedback = on, and keep wal_level = logical on the primary"
+	}
+	return "PostgreSQL invalidated the slot", "see the PostgreSQL documentation of invalidation_reason " + reason
+}
+
+// walLostError is ErrWALLost for slot, with why (the invalidation reason, as
+// SlotInfo.Reason gives it), what it costs and how to recover; cause is the
+// server's error, if there was one.
+func walLostError(slot string, confirmed pglogrepl.LSN, reason string, cause error) error {
+	what, prevent := Invalidation(reason)
+	switch reason {
+	case "":
+	case reasonConflict:
+		what += " (conflicting)"
+	default:
+		what += " (invalidation_reason " + reason + ")"
+	}
+	err := fmt.Errorf("replication slot %q: %w. %s. Outbox events committed after %s (the last confirmed position) "+
 		"have not reached Kafka and never will through this slot: they are skipped, not delayed, so cdc-outbox stops instead of going on without them. "+
-		"To recover: re-publish the outbox rows committed after that position from the table, then start once with --recreate-slot, "+
-		"which drops this slot and creates a new one that streams only what commits from then on; "+
-		"to prevent it, raise max_slot_wal_keep_size or alert on cdc_outbox_slot_wal_status{status=\"unreserved\"}",
-		slot, ErrWALLost, confirmed)
+		"To recover: start once with --recreate-slot, which drops this slot and creates a new one that streams only what commits from then on, "+
+		"then re-publish the outbox rows committed after that position from the table: cdc-outbox republish --after-id <the last id up to which Kafka has every event> "+
+		"(or --since <a time before it>); consumers skip the repeats by event id; "+
+		"to prevent it, %s",
+		slot, ErrWALLost, what, confirmed, prevent)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(cause, &pgErr) && pgErr.Detail != "":

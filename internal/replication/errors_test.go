@@ -5,10 +5,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // TestWALLost: the server's errors for a slot whose WAL is gone are told
@@ -36,7 +39,7 @@ func TestWALLost(t *testing.T) {
 		}
 	}
 
-	err := walLostError("s", 0x152E2B0, invalidated)
+	err := walLostError("s", 0x152E2B0, "", invalidated)
 	if !errors.Is(err, ErrWALLost) || !errors.Is(err, invalidated) {
 		t.Fatalf("%v does not wrap ErrWALLost and the server's error", err)
 	}
@@ -44,6 +47,41 @@ func TestWALLost(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the explanation lacks %q: %v", want, err)
 		}
+	}
+}
+
+// TestInvalidationReasons: each reason PostgreSQL gives for invalidating a
+// slot (invalidation_reason, 17+; conflicting, 16) is explained in its own
+// words, with its own prevention, and named; the cost and the recovery are
+// the same for all.
+func TestInvalidationReasons(t *testing.T) {
+	for _, tc := range []struct {
+		reason             string
+		what, avoid, label string
+	}{
+		{"wal_removed", "max_slot_wal_keep_size", "raise max_slot_wal_keep_size", "(invalidation_reason wal_removed)"},
+		{"idle_timeout", "inactive longer than idle_replication_slot_timeout", "raise idle_replication_slot_timeout", "(invalidation_reason idle_timeout)"},
+		{"rows_removed", "catalog rows", "hot_standby_feedback = on", "(invalidation_reason rows_removed)"},
+		{"wal_level_insufficient", "wal_level was lowered", "keep wal_level = logical", "(invalidation_reason wal_level_insufficient)"},
+		{reasonConflict, "conflicted with recovery", "hot_standby_feedback = on", "(conflicting)"},
+		{"some_future_reason", "invalidated the slot", "documentation of invalidation_reason", "(invalidation_reason some_future_reason)"},
+	} {
+		err := walLostError("s", 0x152E2B0, tc.reason, nil).Error()
+		for _, want := range []string{tc.what, tc.avoid, tc.label,
+			"skipped, not delayed", "--recreate-slot", "0/152E2B0"} {
+			if !strings.Contains(err, want) {
+				t.Errorf("%s: the explanation lacks %q: %s", tc.reason, want, err)
+			}
+		}
+	}
+	if info := (SlotInfo{WALStatus: "lost", Conflicting: true}); !info.Invalidated() || info.Reason() != reasonConflict {
+		t.Errorf("a conflicting slot (16): invalidated %v, reason %q", info.Invalidated(), info.Reason())
+	}
+	if info := (SlotInfo{WALStatus: "lost"}); !info.Invalidated() || info.Reason() != "" {
+		t.Errorf("a lost slot (before 17): invalidated %v, reason %q", info.Invalidated(), info.Reason())
+	}
+	if info := (SlotInfo{WALStatus: "unreserved"}); info.Invalidated() {
+		t.Error("an unreserved slot is not invalidated yet")
 	}
 }
 
@@ -80,5 +118,39 @@ func TestExplainConnect(t *testing.T) {
 	}
 	if ExplainConnect(nil) != nil {
 		t.Error("ExplainConnect(nil) is not nil")
+	}
+}
+
+// confirmedAt is a Position that stays at one LSN.
+type confirmedAt pglogrepl.LSN
+
+func (c confirmedAt) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(c) }
+func (confirmedAt) Idle(pglogrepl.LSN) bool    { return false }
+func (confirmedAt) Wait() <-chan struct{}      { return nil }
+
+// TestPublicationSkippedStops: PostgreSQL 18 warns (55000, "skipped loading
+// publication") where older versions fail; that warning stops the stream
+// for good with the same recovery, and other notices do not.
+func TestPublicationSkippedStops(t *testing.T) {
+	s := New(Config{Slot: "s", Publication: "cdc_outbox"}, nil, confirmedAt(0x152E2B0), slog.New(slog.DiscardHandler))
+	err := s.notice(&pgproto3.NoticeResponse{Severity: "WARNING", Code: "55000", Message: `skipped loading publication "cdc_outbox"`,
+		Detail: "The publication does not exist at this point in the WAL."})
+	var f fatal
+	if !errors.As(err, &f) {
+		t.Fatalf("the skipped publication does not stop the stream for good: %v", err)
+	}
+	for _, want := range []string{`publication "cdc_outbox" does not exist`, "skipped loading publication", "pg_drop_replication_slot('s')",
+		"--recreate-slot", "0/152E2B0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
+	for _, other := range []*pgproto3.NoticeResponse{
+		{Severity: "WARNING", Code: "01000", Message: "something else"},
+		{Severity: "WARNING", Code: "55000", Message: `skipped loading publication "another"`},
+	} {
+		if err := s.notice(other); err != nil {
+			t.Errorf("notice %q stopped the stream: %v", other.Message, err)
+		}
 	}
 }

@@ -21,7 +21,8 @@ import (
 // goroutine, except that Room and Failed deliver from elsewhere.
 type Handler interface {
 	// WAL processes the pgoutput message of one XLogData that starts at lsn.
-	// It must not wait on Kafka. An error stops streaming for good.
+	// It must not wait on Kafka. An error stops streaming for good, unless
+	// it wraps ErrCatalog: then streaming resumes on a new connection.
 	WAL(lsn pglogrepl.LSN, data []byte) error
 	// Full reports whether too much is in flight to read more now.
 	Full() bool
@@ -76,6 +77,11 @@ type Stream struct {
 
 	lastSent   pglogrepl.LSN
 	lastSentAt time.Time
+
+	// server is the server streamed from (follow); failover is set while
+	// a session runs on a primary promoted since the previous session.
+	server   server
+	failover *failover
 
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
@@ -187,15 +193,12 @@ func (s *Stream) session(ctx context.Context) error {
 		setupCtx, cancel = context.WithTimeout(ctx, s.cfg.ReceiveTimeout)
 		defer cancel()
 	}
-	cfg, err := pgconn.ParseConfig(s.cfg.URL)
+	cfg, err := ParseConfig(s.cfg.URL)
 	if err != nil {
 		return fatal{fmt.Errorf("postgres url: %w", err)}
 	}
 	cfg.RuntimeParams["replication"] = "database"
-	// pgoutput sends column values in the session's text format: pin the
-	// formats the mapping parses, whatever the server's defaults are.
-	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
-	cfg.RuntimeParams["TimeZone"] = "UTC"
+	TextFormats(cfg.RuntimeParams)
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	pr := &pacedReader{}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
@@ -207,6 +210,9 @@ func (s *Stream) session(ctx context.Context) error {
 		return ExplainConnect(err)
 	}
 	defer conn.Close(context.Background())
+	if err := s.follow(setupCtx, conn); err != nil {
+		return err
+	}
 
 	start := s.pos.Confirmed()
 	args := []string{
@@ -220,7 +226,7 @@ func (s *Stream) session(ctx context.Context) error {
 	}
 	err = pglogrepl.StartReplication(setupCtx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
-		return s.explain(err)
+		return s.explain(conn, err)
 	}
 	s.connected.Store(true)
 	s.log.Info("streaming", "slot", s.cfg.Slot, "publication", s.cfg.Publication, "start_lsn", start)
@@ -231,29 +237,93 @@ func (s *Stream) session(ctx context.Context) error {
 }
 
 // explain adds what to do to the server errors that stop streaming for
-// good.
-func (s *Stream) explain(err error) error {
+// good. conn is the connection that got the error, still open unless the
+// error ended it.
+func (s *Stream) explain(conn *pgconn.PgConn, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
 	}
 	confirmed := s.pos.Confirmed()
 	switch {
+	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot") && s.failover != nil:
+		return s.slotGoneAfterFailover(err)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "replication slot"):
-		return fmt.Errorf("%w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
-			"Re-publish the outbox rows committed after that point from the table, then start cdc-outbox again (with --create-slot it makes a new slot that streams from its creation on)", err, confirmed)
+		return fmt.Errorf("%w: %w: the slot was dropped while cdc-outbox ran; changes committed after the last confirmed position %s cannot be streamed any more. "+
+			"Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events committed since the last one "+
+			"Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)", ErrSlotGone, err, confirmed)
 	case pgErr.Code == codeUndefinedObject && strings.Contains(pgErr.Message, "publication"):
-		// The server decodes each change with the catalog as it was when
-		// the change was written, so for changes written while the
-		// publication was gone, re-creating it does not help.
-		return fmt.Errorf("%w: it was dropped while the slot still had changes to stream, and the server cannot decode past the drop even once it is re-created. "+
-			"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
-			"start cdc-outbox with --recreate-slot, then re-publish the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
-			err, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, confirmed)
-	case walLost(err):
-		return walLostError(s.cfg.Slot, confirmed, err)
+		return s.publicationGone(err)
+	case pgErr.Code == codeObjectNotInState || pgErr.Code == codeUndefinedFile:
+		// The slot's own row says whether it was invalidated and why
+		// (invalidation_reason, PostgreSQL 17+), whatever language the
+		// server speaks; the error's text is the fallback when the
+		// connection cannot be asked any more.
+		if state, ok := s.slotState(conn); ok && state.Invalidated() {
+			return walLostError(s.cfg.Slot, confirmed, state.Reason(), err)
+		}
+		if walLost(err) {
+			return walLostError(s.cfg.Slot, confirmed, "", err)
+		}
 	}
 	return err
+}
+
+// publicationGone explains a publication that is missing at the point of
+// the WAL being decoded. The server decodes each change with the catalog as
+// it was when the change was written, so the changes written while the
+// publication was gone cannot be streamed through this slot, even once it is
+// re-created.
+func (s *Stream) publicationGone(cause error) error {
+	return fmt.Errorf("publication %q does not exist at this point of the WAL (PostgreSQL said: %w): it was dropped while the slot still had changes to stream, "+
+		"and the server cannot stream past the drop through this slot, even once it is re-created. "+
+		"To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')), "+
+		"start cdc-outbox with --recreate-slot, then re-publish with cdc-outbox republish --after-id <id> the outbox rows committed after the last confirmed position %s (those your consumers have not seen; they dedupe by event id)",
+		s.cfg.Publication, cause, pgx.Identifier{s.cfg.Publication}.Sanitize(), s.cfg.Slot, s.pos.Confirmed())
+}
+
+// notice acts on a notice the walsender sends while streaming. Since
+// PostgreSQL 18, pgoutput meets a publication that does not exist at the
+// point of the WAL it decodes with a WARNING (SQLSTATE 55000, `skipped
+// loading publication "cdc_outbox"`), where earlier versions stop with an
+// error: the changes made while it is gone are then not sent at all, and a
+// streamer that went on would confirm past them. So that warning stops the
+// stream as the error does. It is told by its SQLSTATE and the
+// publication's name, which translations of the message keep. Other
+// notices are logged.
+func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
+	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
+	if n.Code == codeObjectNotInState && strings.Contains(n.Message, `"`+s.cfg.Publication+`"`) {
+		return fatal{s.publicationGone(n)}
+	}
+	s.log.Warn("PostgreSQL sent a notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message, "detail", n.Detail)
+	return nil
+}
+
+// slotState reads the slot's row on the replication connection (a
+// walsender in database mode runs SQL too), to learn why the server
+// refuses to stream from it. ok is false when it cannot be read.
+func (s *Stream) slotState(conn *pgconn.PgConn) (info SlotInfo, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The error that ended START_REPLICATION or the stream is followed by
+	// ReadyForQuery, which the replication protocol's reader leaves unread.
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return info, false
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	results, err := conn.Exec(ctx, `SELECT coalesce(wal_status, ''), `+slotColumns+
+		` FROM pg_replication_slots s WHERE slot_name = `+quoteLiteral(s.cfg.Slot)).ReadAll()
+	if err != nil || len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) < 3 {
+		return info, false
+	}
+	row := results[0].Rows[0] // text format
+	return SlotInfo{Name: s.cfg.Slot, WALStatus: string(row[0]), InvalidationReason: string(row[1]), Conflicting: string(row[2]) == "t"}, true
 }
 
 func serverMajor(version string) int {
@@ -352,7 +422,12 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn, pr *pacedReade
 				return err
 			}
 		case *pgproto3.ErrorResponse:
-			return s.explain(pgconn.ErrorResponseToPgError(m))
+			return s.explain(conn, pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.NoticeResponse:
+			if err := s.notice(m); err != nil {
+				s.settle(conn, pr) // as for a row that stops the stream
+				return err
+			}
 		case *pgproto3.CopyDone:
 			return errors.New("the server ended the replication stream")
 		}
@@ -370,6 +445,10 @@ func (s *Stream) copyData(conn *pgconn.PgConn, data []byte) error {
 			return fmt.Errorf("parse XLogData: %w", err)
 		}
 		if err := s.h.WAL(x.WALStart, x.WALData); err != nil {
+			if errors.Is(err, ErrCatalog) {
+				// Not the row's fault: read it again on a new connection.
+				return err
+			}
 			return fatal{err}
 		}
 		s.noteReceived(x.ServerWALEnd)
@@ -483,16 +562,48 @@ func nextStatus(now time.Time, confirmed, lastSent pglogrepl.LSN, lastSentAt tim
 // shutdown stops reading, waits up to ShutdownTimeout for in-flight records
 // while keeping status updates flowing, then sends the final position.
 func (s *Stream) shutdown(conn *pgconn.PgConn, pr *pacedReader) error {
-	if err := s.drain(conn, pr); err != nil {
+	if err := s.drain(conn); err != nil {
 		return err
 	}
+	s.finish(conn, pr)
 	s.log.Info("stopped", "confirmed_lsn", s.lastSent)
 	return nil
 }
 
+// finishTimeout bounds the wait for the server to end the stream: it has
+// at most its socket buffers to send first.
+const finishTimeout = 10 * time.Second
+
+// finish ends the stream the way the protocol provides, after the final
+// status update: CopyDone, then reading (and dropping) what the server
+// still sends until it answers with its own CopyDone and is ready for
+// queries. The walsender answers only after processing every message sent
+// before, so the final position is then stored in the slot.
+//
+// Closing the connection at once instead loses it at times: the walsender
+// is usually still sending, so the client's kernel, closing a socket with
+// unread data, resets the connection, and the walsender may exit on the
+// reset (or on a failed send) without reading the status update waiting
+// in its socket buffer. The next start then resends everything since the
+// position confirmed before, and after a row that stopped the stream, it
+// meets rows that were already delivered.
+//
+// The replies are read through pr, unpaced: what the server still sends is
+// read as it comes.
+func (s *Stream) finish(conn *pgconn.PgConn, pr *pacedReader) {
+	pr.fresh = false
+	if err := pr.setDeadline(time.Now().Add(finishTimeout)); err != nil {
+		return
+	}
+	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
+		s.log.Warn("could not end the replication stream cleanly; if PostgreSQL did not store the final position, the next start sends again what came after the one before",
+			"error", err, "confirmed_lsn", s.lastSent)
+	}
+}
+
 // drain waits up to ShutdownTimeout for in-flight records while keeping
 // status updates flowing, then sends the final position.
-func (s *Stream) drain(conn *pgconn.PgConn, pr *pacedReader) error {
+func (s *Stream) drain(conn *pgconn.PgConn) error {
 	deadline := time.Now().Add(s.cfg.ShutdownTimeout)
 	for s.h.InFlight() > 0 && time.Now().Before(deadline) {
 		t := time.NewTimer(s.cfg.StatusInterval)
@@ -512,39 +623,17 @@ func (s *Stream) drain(conn *pgconn.PgConn, pr *pacedReader) error {
 	if n := s.h.InFlight(); n > 0 {
 		s.log.Warn("shutdown timeout: records still in flight will be sent again on the next start", "in_flight", n)
 	}
-	if err := s.status(conn, time.Now(), true); err != nil {
-		return err
-	}
-	s.endCopy(conn, pr)
-	return nil
-}
-
-// endCopyTimeout bounds the wait for the server's answer to CopyDone.
-const endCopyTimeout = 5 * time.Second
-
-// endCopy ends the replication stream as the protocol does: CopyDone, then
-// the server's answer. The server handles messages in order, so once it
-// answers it has the final status update. Closing the connection instead
-// can lose that update: the walsender sends on until it sees CopyDone, a
-// socket closed with unread bytes is reset, and the reset discards what the
-// server had not read yet. A server that does not answer in time is left
-// to notice the closed connection.
-func (s *Stream) endCopy(conn *pgconn.PgConn, pr *pacedReader) {
-	if err := pr.setDeadline(time.Now().Add(endCopyTimeout)); err != nil {
-		return
-	}
-	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
-		s.log.Debug("ending the replication stream", "error", err)
-	}
+	return s.status(conn, time.Now(), true)
 }
 
 // settle is drain on the way out with another error: the records before a
 // row that stops the stream get their acks and their position confirmed,
 // as far as the broker allows within ShutdownTimeout.
 func (s *Stream) settle(conn *pgconn.PgConn, pr *pacedReader) {
-	if err := s.drain(conn, pr); err != nil {
+	if err := s.drain(conn); err != nil {
 		s.log.Warn("could not confirm the events before the stopping row; they will be sent again on the next start", "error", err)
 		return
 	}
+	s.finish(conn, pr)
 	s.log.Info("confirmed the events before the stopping row", "confirmed_lsn", s.lastSent)
 }

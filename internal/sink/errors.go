@@ -8,6 +8,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
+// Refused reports whether err is the broker's refusal of a record for
+// something about the record itself: too large for the topic, a timestamp
+// out of the topic's range, a record or batch it finds invalid or corrupt,
+// a topic name it does not accept. Sent again the record would be refused
+// again, while other records go through: it is a bad event. The broker
+// refuses whole batches, so the records batched with it fail with the same
+// error. Refusals that concern the cluster (authorization, a missing topic,
+// a broker out of reach) are not among these: every record would fail
+// alike.
+func Refused(err error) bool {
+	for _, e := range refusals {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+var refusals = []error{
+	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidTimestamp,
+	kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTopicException,
+}
+
 // Advice says what to check for an error of reaching the brokers that no
 // retry can cure: a refused SASL login or a TLS handshake that failed. It is
 // "" for every other error (a broker that is down or slow heals by itself).

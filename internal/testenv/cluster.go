@@ -27,6 +27,13 @@ type ClusterOptions struct {
 	// that others can read). Name them relative to the data folder, e.g.
 	// "server.key", and refer to them so in Config.
 	Files map[string][]byte
+	// Major is the PostgreSQL major to run (14 to 18), for tests of what
+	// one version has (failover slots: 17+); 0 runs the shared server's
+	// (PG_VERSION of the environment). scripts/postgres.sh takes the
+	// machine's binaries of it, or downloads them once (as the matrix of
+	// make test does), installing pip first when it must
+	// (scripts/deps.sh).
+	Major int
 }
 
 // PostgresCluster is a PostgreSQL cluster that belongs to one test.
@@ -39,6 +46,8 @@ type PostgresCluster struct {
 	URL string
 	// DataDir is the cluster's data folder.
 	DataDir string
+	// Major is the cluster's PostgreSQL major version.
+	Major int
 }
 
 // Cluster starts a PostgreSQL cluster of the test's own, for settings the
@@ -54,24 +63,47 @@ type PostgresCluster struct {
 // unless -short.
 func Cluster(t testing.TB, opts ClusterOptions) *PostgresCluster {
 	t.Helper()
+	c := newCluster(t, opts.Major)
+	c.Control("init")
+	return c.setUp(opts)
+}
+
+// newCluster is a cluster's state folder and environment, not yet made;
+// the cleanup that destroys it is registered before it exists, so that a
+// failure half-way (initdb ran, start failed) still removes what was made.
+func newCluster(t testing.TB, major int) *PostgresCluster {
+	t.Helper()
 	c := &PostgresCluster{
 		t:      t,
 		script: require(t, envPostgresCtl),
 		env:    append(os.Environ(), "CDC_OUTBOX_LOCAL="+t.TempDir()),
 	}
-	// Registered before the cluster exists, so that a failure half-way
-	// (initdb ran, start failed) still removes what was made.
+	if major != 0 {
+		c.env = append(c.env, fmt.Sprintf("PG_VERSION=%d", major))
+		deps := exec.Command(filepath.Join(filepath.Dir(c.script), "deps.sh"))
+		deps.Env = c.env
+		if out, err := deps.CombinedOutput(); err != nil {
+			t.Fatalf("scripts/deps.sh for PostgreSQL %d: %v\n%s", major, err, out)
+		}
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			if out, err := c.run("logs"); err == nil {
-				t.Logf("log of the test's own PostgreSQL (last lines):\n%s", tail(out, 4000))
+				t.Logf("log of the test's own PostgreSQL %s (last lines):\n%s", c.URL, tail(out, 4000))
 			}
 		}
 		if out, err := c.run("destroy"); err != nil {
 			t.Errorf("destroy the test's own PostgreSQL: %v\n%s", err, out)
 		}
 	})
-	c.Control("init")
+	return c
+}
+
+// setUp configures a made cluster as opts say, starts it and reads its
+// address and version.
+func (c *PostgresCluster) setUp(opts ClusterOptions) *PostgresCluster {
+	t := c.t
+	t.Helper()
 	out, err := c.run("datadir")
 	if err != nil {
 		t.Fatalf("%s datadir: %v\n%s", c.script, err, out)
@@ -86,19 +118,39 @@ func Cluster(t testing.TB, opts ClusterOptions) *PostgresCluster {
 		t.Fatalf("%s url: %v\n%s", c.script, err, out)
 	}
 	c.URL = strings.TrimSpace(out)
+	c.Major = ServerMajor(t, c.URL)
+	if opts.Major != 0 && c.Major != opts.Major {
+		t.Fatalf("asked for PostgreSQL %d, the test's own cluster runs %d", opts.Major, c.Major)
+	}
 	return c
 }
 
-// Control runs the cluster's control script: start, stop, restart, kill.
-func (c *PostgresCluster) Control(action string) {
+// Standby makes a streaming standby of c, a cluster of the test's own, and
+// starts it (scripts/postgres.sh standby): a base backup through the
+// physical replication slot slot, which it creates on c, with
+// hot_standby_feedback = on and, on PostgreSQL 17 and newer,
+// sync_replication_slots = on, so c's failover slots are synchronized to
+// it. opts.Config and opts.HBA are added as for Cluster; opts.Major is c's.
+// It is destroyed at cleanup.
+func (c *PostgresCluster) Standby(slot string, opts ClusterOptions) *PostgresCluster {
 	c.t.Helper()
-	if out, err := c.run(action); err != nil {
+	opts.Major = c.Major
+	s := newCluster(c.t, c.Major)
+	s.Control("standby", c.URL, slot)
+	return s.setUp(opts)
+}
+
+// Control runs the cluster's control script: start, stop, restart, kill,
+// promote (a standby).
+func (c *PostgresCluster) Control(action string, args ...string) {
+	c.t.Helper()
+	if out, err := c.run(action, args...); err != nil {
 		c.t.Fatalf("%s %s (the test's own PostgreSQL): %v\n%s", c.script, action, err, out)
 	}
 }
 
-func (c *PostgresCluster) run(action string) (string, error) {
-	cmd := exec.Command(c.script, action)
+func (c *PostgresCluster) run(action string, args ...string) (string, error) {
+	cmd := exec.Command(c.script, append([]string{action}, args...)...)
 	cmd.Env = c.env
 	out, err := cmd.CombinedOutput()
 	return string(out), err

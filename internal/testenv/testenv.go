@@ -11,7 +11,8 @@
 // purpose. Each test gets its own database, slot, publication and topic
 // names, so tests run in parallel. A test that needs server settings the
 // shared server must not have (TLS, a small max_slot_wal_keep_size) starts a
-// cluster of its own with Cluster.
+// cluster of its own with Cluster, of another major if it needs one, and a
+// streaming standby of it with PostgresCluster.Standby.
 // Proxy puts a TCP proxy of the test's own between a client and a server,
 // to cut or silence the network between them.
 //
@@ -141,7 +142,7 @@ func DatabaseWith(t testing.TB, options string) string {
 }
 
 func dropDatabase(t testing.TB, admin, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
@@ -150,18 +151,22 @@ func dropDatabase(t testing.TB, admin, name string) {
 	}
 	defer conn.Close(ctx)
 	// A slot pins its database; a walsender still streaming from it pins the
-	// slot. Stop both, then drop.
-	_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
-		WHERE database = $1 AND active_pid IS NOT NULL`, name)
-	for i := 0; i < 50; i++ {
+	// slot. Stop both, then drop: a walsender takes a moment to exit after
+	// it is told to, and a streamer the test left running may reconnect.
+	var left int
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
+			WHERE database = $1 AND active_pid IS NOT NULL`, name)
 		_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 			WHERE database = $1 AND NOT active`, name)
-		var left int
 		_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE database = $1`, name).Scan(&left)
-		if err == nil && left == 0 {
+		if (err == nil && left == 0) || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the poll's period
+	}
+	if left != 0 {
+		t.Logf("cleanup: %d replication slots of database %s left after %v", left, name, err)
 	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 		t.Logf("cleanup: drop database %s: %v", name, err)

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/republish"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+)
+
+// republishConfig is everything `cdc-outbox republish` is told: run's
+// connection, producer and mapping settings, under the same names, and
+// which rows to send again.
+type republishConfig struct {
+	runConfig
+	AfterID, UntilID string
+	Since, Until     string
+	BatchSize        int
+	ProgressInterval time.Duration
+}
+
+func republishFlags(c *republishConfig) *flags {
+	f := newFlags("cdc-outbox republish", "Send outbox rows to Kafka again, from the table itself, as the stream would have sent them (the same topic, key, value,\n"+
+		"headers and timestamp, and the same bad-event policy): the repair after a replication slot was lost (wal_status lost, dropped,\n"+
+		"or not carried over a failover) and the way to give a consumer history. Consumers skip what they have by event id.\n"+
+		"Rows go in the order of the id, or of (created_at, id) with --since or --until, in batches; progress on stderr.\n"+
+		"Interrupted (SIGINT, SIGTERM) or stopped by a bad row, it says which flag starts it again where it stopped.")
+	rc := &c.runConfig
+	f.String(&rc.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs SELECT on the table")
+	f.String(&rc.Table, "table", "public.outbox", tableHelp)
+	f.String(&c.AfterID, "after-id", "", "send rows whose id is greater than this `id` (an integer id column: ids grow in the order rows are written); "+
+		"after a lost slot, an id that Kafka has and every id before it, or earlier: repeats are harmless")
+	f.String(&c.UntilID, "until-id", "", "send rows whose id is at most this `id` (an integer id column)")
+	f.String(&c.Since, "since", "", "send rows whose created_at is at or after this `time` (RFC 3339, 2026-01-02T15:04:05Z, or as PostgreSQL prints it); "+
+		"rows then go in the order of (created_at, id), for any id type")
+	f.String(&c.Until, "until", "", "send rows whose created_at is before this `time`")
+	f.Int(&c.BatchSize, "batch-size", 1000, "rows read per query; memory is bounded by --max-inflight-events, not by the table")
+	f.Int(&rc.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading waits")
+	f.Duration(&c.ProgressInterval, "progress-interval", 5*time.Second, "how often to print progress on stderr; 0 prints none")
+	f.Duration(&rc.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for the events sent to be acknowledged")
+	kafkaFlags(f, rc)
+	mappingFlags(f, rc)
+	logFlags(f, rc)
+	return f
+}
+
+// since and until are the time flags parsed; validate has checked them.
+func (c *republishConfig) times() (since, until time.Time) {
+	since, _ = parseTime(c.Since)
+	until, _ = parseTime(c.Until)
+	return since, until
+}
+
+// parseTime reads RFC 3339 or PostgreSQL's ISO output of a timestamptz
+// (2026-01-02 15:04:05.123456+00), which the resume hint repeats.
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02 15:04:05.999999999Z07"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, errors.New("use RFC 3339 (2026-01-02T15:04:05Z) or 2026-01-02 15:04:05+00")
+}
+
+var integer = regexp.MustCompile(`^-?[0-9]+$`)
+
+func (c *republishConfig) validate() error {
+	var p problems
+	check := p.check
+	p.table(c.PostgresURL, c.Table)
+	c.validateOutput(&p)
+	check(c.AfterID == "" || integer.MatchString(c.AfterID), "--after-id %q: give an integer id", c.AfterID)
+	check(c.UntilID == "" || integer.MatchString(c.UntilID), "--until-id %q: give an integer id", c.UntilID)
+	since, err := parseTime(c.Since)
+	check(err == nil, "--since %q: %v", c.Since, err)
+	until, err := parseTime(c.Until)
+	check(err == nil, "--until %q: %v", c.Until, err)
+	check(since.IsZero() || until.IsZero() || since.Before(until), "--since must be before --until")
+	check(c.BatchSize > 0, "--batch-size must be positive")
+	check(c.ProgressInterval >= 0, "--progress-interval must not be negative")
+	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
+	return errors.Join(p...)
+}
+
+func republishCommand(args []string, stdout, stderr io.Writer) int {
+	var c republishConfig
+	f := republishFlags(&c)
+	if err := f.parse(args, stdout); err != nil {
+		if errors.Is(err, errHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "cdc-outbox republish: %v\n", err)
+		return 2
+	}
+	if err := c.validate(); err != nil {
+		fmt.Fprintf(stderr, "cdc-outbox republish: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	kafkaOpts, err := c.kafkaSecurityOpts()
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc-outbox republish: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	log := newLogger(stderr, c.LogFormat, c.LogLevel)
+	ctx, stop := signalContext(log)
+	defer stop()
+	sum, err := republishRows(ctx, &c, kafkaOpts, log)
+	attrs := []any{"rows_read", sum.RowsRead, "acknowledged", sum.Acked, "dead_lettered", sum.DeadLettered, "timestamps_replaced", sum.TimestampsReplaced,
+		"elapsed", sum.Elapsed.Round(time.Millisecond), "rows_per_second", perSecond(sum.Acked, sum.Elapsed)}
+	switch {
+	case err == nil:
+		log.Info("republished", attrs...)
+		return 0
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		log.Warn("interrupted; everything before the resume point was acknowledged: run again with it to go on", append(attrs, "resume", resume(sum))...)
+		return 1
+	}
+	log.Error("stopped with an error; everything before the resume point was acknowledged: fix the cause and run again with it",
+		append(attrs, "resume", resume(sum), "error", redact(err))...)
+	return 1
+}
+
+func resume(s republish.Summary) string {
+	if s.Resume == "" {
+		return "(the same selection: nothing was acknowledged)"
+	}
+	return s.Resume
+}
+
+func perSecond(n int64, d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(float64(n) / d.Seconds())
+}
+
+// republishRows wires the table reader to the producer and prints progress.
+func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt, log *slog.Logger) (republish.Summary, error) {
+	source, err := resolveSource(ctx, &c.runConfig)
+	if err != nil {
+		return republish.Summary{}, err
+	}
+	c.Mapping.Source = source
+	since, until := c.times()
+	began, lastProgress := time.Now(), time.Now()
+	r, err := republish.New(republish.Config{
+		URL:             c.PostgresURL,
+		Table:           outboxTable(c.Table),
+		Mapping:         c.Mapping,
+		OnBadEvent:      c.OnBadEvent,
+		DeadLetterTopic: c.DeadLetterTopic,
+		MaxRecordBytes:  c.MaxRecordBytes,
+		Select:          republish.Selection{AfterID: c.AfterID, UntilID: c.UntilID, Since: since, Until: until},
+		BatchSize:       c.BatchSize,
+		MaxInflight:     c.MaxInflightEvents,
+		Log:             log,
+		Progress: func(s republish.Summary) {
+			if c.ProgressInterval == 0 || time.Since(lastProgress) < c.ProgressInterval {
+				return
+			}
+			lastProgress = time.Now()
+			log.Info("republishing", "rows_read", s.RowsRead, "acknowledged", s.Acked, "dead_lettered", s.DeadLettered,
+				"rows_per_second", perSecond(s.Acked, time.Since(began)), "resume", s.Resume)
+		},
+	})
+	if err != nil {
+		return republish.Summary{}, err
+	}
+	snk, err := sink.New(sink.Config{
+		Brokers:            c.brokers(),
+		Linger:             c.KafkaLinger,
+		Compression:        c.KafkaCompression,
+		MaxBufferedRecords: c.MaxInflightEvents + 1,
+		MaxRecordBytes:     c.MaxRecordBytes,
+		AutoCreateTopics:   c.KafkaAutoCreateTopics,
+		Opts:               kafkaOpts,
+	}, log, r.Ack)
+	if err != nil {
+		return republish.Summary{}, err
+	}
+	defer snk.Close()
+	r.SetProducer(snk)
+	log.Info("republishing rows from the table", "table", outboxTable(c.Table).String(), "source", source, "after_id", c.AfterID, "until_id", c.UntilID,
+		"since", c.Since, "until", c.Until)
+	// What was sent is waited for, as long as it takes, or, after an
+	// interrupt, --shutdown-timeout as run's shutdown does, so the resume
+	// point is as far as it can be.
+	flushCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(c.ShutdownTimeout, cancel) })()
+	return r.Run(ctx, flushCtx)
+}
