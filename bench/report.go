@@ -45,18 +45,34 @@ type results struct {
 	drains     []drainResult
 	steady     []steadyResult
 	crash      *crashResult
+	idle       *idleResult
 	incomplete string // why the run stopped early, if it did
 }
 
 // Targets the streamer is held to.
 const (
-	targetDrainRatio = 0.9  // of the limit
-	targetP99        = 0.02 // seconds, at 5,000 events/s
-	targetP99Rate    = 5000
+	targetDrainRatio = 0.9 // of the limit
 	targetRSSMiB     = 64
-	targetCPU        = 8   // µs per event
-	targetCrashMs    = 200 // ms worth of duplicates
+	targetDrainCPU   = 8     // µs per event
+	targetCrashMs    = 200   // ms worth of duplicates
+	targetIdleShare  = 0.002 // of a core
 )
+
+// steadyTarget is what the streamer is held to at one steady rate.
+type steadyTarget struct {
+	cpu float64 // µs per event
+	p99 float64 // seconds, commit to ack
+	// arrival bounds the part of p99 spent before events reached the
+	// streamer, as a multiple of the reference's p99 (0: no bound).
+	arrival float64
+}
+
+// steadyTargets are per rate: at 1,000 events/s, what most outboxes run at,
+// fixed per-wake-up costs dominate; at 5,000/s the machine is busy.
+var steadyTargets = map[int]steadyTarget{
+	1000: {cpu: 40, p99: 0.015},
+	5000: {cpu: 15, p99: 0.050, arrival: 3},
+}
 
 // latencyNote says what the latency columns are.
 const latencyNote = "Latency: for the streamer, its own histogram (commit time from the Begin message to broker ack), quantiles interpolated linearly inside buckets; " +
@@ -120,17 +136,29 @@ func (r *results) targets() []target {
 		}
 	}
 	for _, s := range r.steady {
-		if s.rate == targetP99Rate {
-			actual := s.p99.String()
-			if s.recvP99.ok() {
-				actual += fmt.Sprintf("; of it, commit to arrival at the streamer %s", s.recvP99)
-			}
-			if s.ref.p99.ok() {
-				actual += fmt.Sprintf("; the reference alone %s", s.ref.p99)
-			}
-			ts = append(ts, target{fmt.Sprintf("steady %s/s: p99 ≤ %.0f ms", thousands(targetP99Rate), targetP99*1000),
-				actual, s.p99.ok() && !s.p99.over && s.p99.sec <= targetP99})
+		tg, ok := steadyTargets[s.rate]
+		if !ok {
+			continue
 		}
+		name := fmt.Sprintf("steady %s/s", thousands(float64(s.rate)))
+		actual := s.p99.String()
+		if s.recvP99.ok() {
+			actual += fmt.Sprintf("; of it, commit to arrival at the streamer %s", s.recvP99)
+		}
+		if s.ref.p99.ok() {
+			actual += fmt.Sprintf("; the reference alone %s", s.ref.p99)
+		}
+		if s.machine.load1 > 0 {
+			actual += "; " + s.machine.String()
+		}
+		ts = append(ts, target{fmt.Sprintf("%s: p99 ≤ %.0f ms", name, tg.p99*1000), actual, s.p99.ok() && !s.p99.over && s.p99.sec <= tg.p99})
+		if tg.arrival > 0 && s.ref.p99.ok() {
+			bound := tg.arrival * s.ref.p99.sec
+			ts = append(ts, target{fmt.Sprintf("%s: commit to arrival p99 ≤ %.0f × the reference's", name, tg.arrival),
+				fmt.Sprintf("%s against %s (bound %.1f ms)", s.recvP99, s.ref.p99, bound*1000),
+				s.recvP99.ok() && !s.recvP99.over && s.recvP99.sec <= bound})
+		}
+		ts = append(ts, target{fmt.Sprintf("%s: CPU ≤ %.0f µs/event", name, tg.cpu), fmt.Sprintf("%.2f µs", s.cpuPerEvent), s.cpuPerEvent > 0 && s.cpuPerEvent <= tg.cpu})
 	}
 	// Memory: the largest peak of any streamer run.
 	peak, where := 0.0, ""
@@ -148,23 +176,14 @@ func (r *results) targets() []target {
 		ts = append(ts, target{fmt.Sprintf("peak RSS ≤ %d MiB (largest of all runs)", targetRSSMiB),
 			fmt.Sprintf("%.1f MiB (%s)", peak, where), peak <= targetRSSMiB})
 	}
-	// CPU: every run that carries real load; a low steady rate is left out
-	// on purpose, its fixed per-second costs spread over few events.
 	for _, d := range r.drains {
 		if s, ok := d.reader(readerStreamer); ok && s.events > 0 {
 			cpu := float64(s.cpu.Microseconds()) / float64(s.events)
-			ts = append(ts, target{fmt.Sprintf("%s: CPU ≤ %d µs/event", d.name(), targetCPU), fmt.Sprintf("%.2f µs", cpu), cpu <= targetCPU})
+			ts = append(ts, target{fmt.Sprintf("%s: CPU ≤ %d µs/event", d.name(), targetDrainCPU), fmt.Sprintf("%.2f µs", cpu), cpu <= targetDrainCPU})
 		}
 	}
-	if len(r.steady) > 0 {
-		s := r.steady[0]
-		for _, x := range r.steady {
-			if x.rate > s.rate {
-				s = x // the highest rate: fixed costs matter least there
-			}
-		}
-		ts = append(ts, target{fmt.Sprintf("steady %s/s: CPU ≤ %d µs/event", thousands(float64(s.rate)), targetCPU),
-			fmt.Sprintf("%.2f µs", s.cpuPerEvent), s.cpuPerEvent <= targetCPU})
+	if i := r.idle; i != nil {
+		ts = append(ts, target{fmt.Sprintf("idle: CPU ≤ %.1f%% of a core", 100*targetIdleShare), i.String(), i.cpuShare <= targetIdleShare})
 	}
 	if c := r.crash; c != nil {
 		ts = append(ts, target{fmt.Sprintf("crash: duplicates ≤ ~%d ms worth", targetCrashMs),
@@ -304,6 +323,18 @@ func (r *results) markdown() string {
 				fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f | %s | %.2f | %s |\n", first[0], first[1], first[2],
 					rr.name, rr.wall.Seconds(), thousands(rr.rate()), rr.cpu.Seconds(), strings.TrimSuffix(secondsOrNA(rr.walsenderCPU), "s"))
 			}
+		}
+	}
+	if len(r.steady) > 0 {
+		b.WriteString("\n## Steady load: what each event costs\n\n")
+		b.WriteString("Counted over each measured window from /proc (the streamer's read and write system calls, its threads' context switches) " +
+			"and its metrics (produce requests, status updates); the machine's CPU idle share and run queue (runnable threads, mean of 200 ms samples) " +
+			"over the same window, for the reference's window too.\n\n")
+		b.WriteString("| rate | reads/event | writes/event | wake-ups/event | preemptions/event | produce requests/event | status updates/s | machine (streamer) | machine (reference) |\n|---|---:|---:|---:|---:|---:|---:|---|---|\n")
+		for _, s := range r.steady {
+			c := s.perEvent
+			fmt.Fprintf(&b, "| %s/s | %.2f | %.2f | %.2f | %.2f | %.3f | %.1f | %s | %s |\n", thousands(float64(s.rate)),
+				c.reads, c.writes, c.wakeups, c.preempted, c.produces, s.statusPerSec, s.machine, s.ref.machine)
 		}
 	}
 	if len(r.profiles) > 0 {

@@ -41,7 +41,8 @@ type bench struct {
 	adm      *kadm.Client
 	topics   map[string]bool
 	running  map[*streamer]struct{}
-	profiles []profile // CPU profiles taken during the run, for the report
+	javas    map[*javaProcess]struct{} // Debezium Servers running
+	profiles []profile                 // CPU profiles taken during the run, for the report
 	// streamerFlags are added to each streamer's command line.
 	streamerFlags []string
 }
@@ -64,6 +65,7 @@ func newBench(ctx context.Context, root, tmp, bin, adminURL string, brokers []st
 		prefix:  "bench_" + hex.EncodeToString(rnd),
 		topics:  map[string]bool{},
 		running: map[*streamer]struct{}{},
+		javas:   map[*javaProcess]struct{}{},
 	}
 	b.dbName = b.prefix
 	admin, err := pgx.Connect(ctx, adminURL)
@@ -232,6 +234,10 @@ func (b *bench) dropSlot(ctx context.Context, name string) error {
 func (b *bench) close() {
 	for s := range b.running {
 		b.killStreamer(s)
+	}
+	for j := range b.javas {
+		_ = j.cmd.Process.Kill()
+		<-j.done
 	}
 	if b.adm != nil && len(b.topics) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -14,6 +14,10 @@ import (
 const (
 	latencyMetric = "cdc_outbox_end_to_end_latency_seconds"
 	receiveMetric = "cdc_outbox_receive_latency_seconds"
+	// produceBatchesMetric counts batches (franz-go kprom); with one
+	// partition, one per produce request.
+	produceBatchesMetric = "cdc_outbox_kafka_produce_batches_total"
+	statusUpdatesMetric  = "cdc_outbox_status_updates_total"
 )
 
 // steadyResult is one fixed-rate load.
@@ -30,6 +34,11 @@ type steadyResult struct {
 	cpuPerEvent float64 // µs
 	rssMiB      float64
 	writeErrors int64
+	// What the streamer asked of the machine in the window, per event
+	// (status updates per second): where CPU per event comes from.
+	perEvent     costs
+	statusPerSec float64
+	machine      machineLoad
 	// ref is the reference at the same rate: commit to arrival at a client
 	// that does nothing, the walsender's share of the latency.
 	ref reference
@@ -39,6 +48,24 @@ type steadyResult struct {
 type reference struct {
 	achieved       float64
 	p50, p99, p999 quant
+	machine        machineLoad
+}
+
+// costs are a process's system calls, wake-ups and produce requests per
+// event.
+type costs struct {
+	reads, writes float64 // read and write system calls (sockets included)
+	wakeups       float64 // voluntary context switches: a thread slept and was woken
+	preempted     float64 // involuntary context switches
+	produces      float64 // produce requests (batches: one partition here)
+}
+
+func costsOf(a activity, batches float64, events int) costs {
+	if events <= 0 {
+		return costs{}
+	}
+	n := float64(events)
+	return costs{float64(a.reads) / n, float64(a.writes) / n, float64(a.voluntary) / n, float64(a.involunt) / n, batches / n}
 }
 
 // warmup runs before the measured window: the first events pay for
@@ -95,7 +122,9 @@ func (b *bench) steadyReference(ctx context.Context, aggType string, rate int, d
 		return ref, fmt.Errorf("warm-up writes: %w", w.lastErr)
 	}
 	measuring.Store(true)
+	watch := watchMachine()
 	w := writePaced(ctx, b.pool, rate, d, aggType, nil)
+	ref.machine = watch()
 	// The window's last commits arrive within moments at any rate the
 	// reader keeps up with; one that arrives later is lost to the tail.
 	time.Sleep(time.Second)
@@ -109,8 +138,8 @@ func (b *bench) steadyReference(ctx context.Context, aggType string, rate int, d
 	}
 	ref.achieved = w.rate()
 	ref.p50, ref.p99, ref.p999 = exactQuantile(0.50, res.delays), exactQuantile(0.99, res.delays), exactQuantile(0.999, res.delays)
-	progress("steady %d/s: reference: %d transactions; commit to arrival p50 %s p99 %s p99.9 %s",
-		rate, len(res.delays), ref.p50, ref.p99, ref.p999)
+	progress("steady %d/s: reference: %d transactions; commit to arrival p50 %s p99 %s p99.9 %s; %s",
+		rate, len(res.delays), ref.p50, ref.p99, ref.p999, ref.machine)
 	return ref, nil
 }
 
@@ -151,29 +180,40 @@ func (b *bench) steady(ctx context.Context, aggType string, rate int, d time.Dur
 	if err != nil {
 		return r, err
 	}
-	cpu0, err := readCPU(s.pid())
+	// CPU and costs are counted over the first half of the window and the
+	// CPU profile is taken in the second: a profile's signals interrupt
+	// the streamer's sleeps and cost CPU of their own.
+	c0, err := s.costsNow(ctx)
 	if err != nil {
 		return r, err
 	}
-
-	// Profile the middle of the measured window.
-	profiled := b.cpuProfile(ctx, s, fmt.Sprintf("steady %d per second", rate), d/2)
-	defer profiled()
+	watch := watchMachine()
 	var written atomic.Int64
 	done := make(chan pacedResult, 1)
 	go func() { done <- writePaced(ctx, b.pool, rate, d, aggType, &written) }()
 	var w pacedResult
+	half := time.NewTimer(d / 2)
 	tick := time.NewTicker(10 * time.Second)
+	var c1 costSnapshot
+	profiled := func() profile { return profile{} }
 wait:
 	for {
 		select {
 		case w = <-done:
 			break wait
+		case <-half.C:
+			if c1, err = s.costsNow(ctx); err != nil {
+				return r, err
+			}
+			r.machine = watch()
+			profiled = b.cpuProfile(ctx, s, fmt.Sprintf("steady %d per second", rate), d/2-time.Second)
 		case <-tick.C:
 			progress("  steady %d/s: %d events committed", rate, written.Load())
 		}
 	}
 	tick.Stop()
+	half.Stop()
+	defer profiled()
 	if ctx.Err() != nil {
 		return r, ctx.Err()
 	}
@@ -205,16 +245,49 @@ wait:
 		return r, err
 	}
 	r.events = int(after.sum("cdc_outbox_events_total") - before.sum("cdc_outbox_events_total"))
-	if r.events > 0 {
-		r.cpuPerEvent = float64((u.cpu - cpu0).Microseconds()) / float64(r.events)
+	if c1.at.IsZero() {
+		return r, fmt.Errorf("the load ended before half of the window (%s) passed", d/2)
 	}
+	counted := int(c1.events - c0.events)
+	if counted > 0 {
+		r.cpuPerEvent = float64((c1.cpu - c0.cpu).Microseconds()) / float64(counted)
+	}
+	r.perEvent = costsOf(c1.act.sub(c0.act), c1.batches-c0.batches, counted)
+	r.statusPerSec = (c1.status - c0.status) / c1.at.Sub(c0.at).Seconds()
 	r.rssMiB = mib(u.hwmKiB)
 	hist := deltaBuckets(after.histogram(latencyMetric), before.histogram(latencyMetric))
 	r.p50, r.p99, r.p999 = quantileOf(0.50, hist), quantileOf(0.99, hist), quantileOf(0.999, hist)
 	r.recvP99 = quantileOf(0.99, deltaBuckets(after.histogram(receiveMetric), before.histogram(receiveMetric)))
-	progress("steady %d/s: achieved %.0f/s; latency p50 %s p99 %s p99.9 %s (p99 commit to arrival %s); %.1f µs CPU/event; peak RSS %.1f MiB",
-		rate, r.achieved, r.p50, r.p99, r.p999, r.recvP99, r.cpuPerEvent, r.rssMiB)
+	progress("steady %d/s: achieved %.0f/s; latency p50 %s p99 %s p99.9 %s (p99 commit to arrival %s); %.1f µs CPU/event; peak RSS %.1f MiB; %s",
+		rate, r.achieved, r.p50, r.p99, r.p999, r.recvP99, r.cpuPerEvent, r.rssMiB, r.machine)
+	c := r.perEvent
+	progress("steady %d/s: per event: %.2f reads, %.2f writes, %.2f wake-ups, %.2f preemptions, %.3f produce requests; %.1f status updates/s",
+		rate, c.reads, c.writes, c.wakeups, c.preempted, c.produces, r.statusPerSec)
 	return r, b.stopStreamer(s, 60*time.Second)
+}
+
+// costSnapshot is a running streamer's counters at one moment.
+type costSnapshot struct {
+	at                      time.Time
+	cpu                     time.Duration
+	act                     activity
+	events, batches, status float64
+}
+
+func (s *streamer) costsNow(ctx context.Context) (costSnapshot, error) {
+	c := costSnapshot{at: time.Now()}
+	ms, err := s.scrape(ctx)
+	if err != nil {
+		return c, err
+	}
+	if c.cpu, err = readCPU(s.pid()); err != nil {
+		return c, err
+	}
+	if c.act, err = readActivity(s.pid()); err != nil {
+		return c, err
+	}
+	c.events, c.batches, c.status = ms.sum("cdc_outbox_events_total"), ms.sum(produceBatchesMetric), ms.sum(statusUpdatesMetric)
+	return c, nil
 }
 
 // quant is an estimated latency quantile.

@@ -28,6 +28,11 @@ type streamer struct {
 // and its metrics endpoint on a free loopback port. Everything else is the
 // binary's defaults, which is what is being measured.
 func (b *bench) startStreamer(slot string) (*streamer, error) {
+	return b.startStreamerTo(slot, b.prefix+".{aggregate_type}")
+}
+
+// startStreamerTo is startStreamer with another --topic template.
+func (b *bench) startStreamerTo(slot, topic string) (*streamer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -46,7 +51,7 @@ func (b *bench) startStreamer(slot string) (*streamer, error) {
 		"--postgres-url", b.dbURL,
 		"--kafka-brokers", strings.Join(b.brokers, ","),
 		"--slot", slot,
-		"--topic", b.prefix + ".{aggregate_type}",
+		"--topic", topic,
 		"--http-addr", s.addr,
 		"--pprof",
 		"--log-format", "json",

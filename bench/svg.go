@@ -100,7 +100,7 @@ func chart(r *results) string {
 			{"p99", "#54a24b"},
 			{"p99.9", "#2f6b2a"},
 		},
-		ref:        &refLine{value: targetP99 * 1000, label: fmt.Sprintf("p99 target %.0f ms", targetP99*1000)},
+		ref:        &refLine{value: steadyTargets[1000].p99 * 1000, label: fmt.Sprintf("p99 target at 1,000/s: %.0f ms", steadyTargets[1000].p99*1000)},
 		valueLabel: func(v float64) string { return trimFloat(v, 1) },
 		tickLabel:  func(v float64) string { return trimFloat(v, 1) },
 		empty:      "steady load skipped",

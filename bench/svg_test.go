@@ -28,9 +28,11 @@ func sampleResults() *results {
 			}},
 		},
 		steady: []steadyResult{
-			{rate: 1000, achieved: 999.6, events: 60000, p50: quant{sec: 0.004}, p99: quant{sec: 0.009}, p999: quant{sec: 0.014}, cpuPerEvent: 20, rssMiB: 30},
-			{rate: 5000, achieved: 4990, events: 300000, p50: quant{sec: 0.005}, p99: quant{sec: 0.025}, p999: quant{sec: 60, over: true}, cpuPerEvent: 7.5, rssMiB: 35},
+			{rate: 1000, achieved: 999.6, events: 60000, p50: quant{sec: 0.004}, p99: quant{sec: 0.009}, p999: quant{sec: 0.014}, cpuPerEvent: 50, rssMiB: 30},
+			{rate: 5000, achieved: 4990, events: 300000, p50: quant{sec: 0.005}, p99: quant{sec: 0.025}, p999: quant{sec: 60, over: true}, cpuPerEvent: 7.5, rssMiB: 35,
+				recvP99: quant{sec: 0.02}, ref: reference{p50: quant{sec: 0.001}, p99: quant{sec: 0.005}}},
 		},
+		idle:  &idleResult{window: 30 * time.Second, cpuShare: 0.001},
 		crash: &crashResult{rate: 2000, duration: 10 * time.Second, written: 20000, records: 20300, duplicates: 300},
 	}
 }
@@ -54,7 +56,7 @@ func TestChartIsWellFormedAndLabelled(t *testing.T) {
 	s := chart(sampleResults())
 	wellFormed(t, s)
 	for _, want := range []string{"<svg", "pg_recvlogical", "Go reader", "streamer", "1 event/tx", "100 events/tx",
-		"1,000 events/s", "5,000 events/s", "p99.9", "p99 target 20 ms", "streamer 0.75 × limit", "100k"} {
+		"1,000 events/s", "5,000 events/s", "p99.9", "p99 target at 1,000/s: 15 ms", "streamer 0.75 × limit", "100k"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("chart lacks %q", want)
 		}

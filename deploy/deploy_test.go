@@ -70,6 +70,7 @@ var contract = map[string][]string{
 	"cdc_outbox_slot_wal_status":            {"status"},
 	"cdc_outbox_connected":                  {"target"},
 	"cdc_outbox_reconnects_total":           {"target"},
+	"cdc_outbox_status_updates_total":       nil,
 	"cdc_outbox_ready":                      nil,
 	"cdc_outbox_build_info":                 {"version", "revision", "goversion"},
 }

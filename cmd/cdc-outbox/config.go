@@ -89,7 +89,7 @@ func runFlags(c *runConfig) *flags {
 	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for in-flight events")
 
 	f.Int(&c.CPUs, "cpus", 1, "CPUs the Go runtime may use at once (GOMAXPROCS); 0 keeps Go's default (all of them, or the GOMAXPROCS variable). "+
-		"The data path is one goroutine: with 1, waking another goroutine never wakes a second thread, which saved a fifth to a quarter of the CPU per event")
+		"With 1, a goroutine woken on the data path never wakes a second thread, which costs CPU per event")
 
 	f.String(&c.HTTPAddr, "http-addr", ":8080", "`address` of the HTTP endpoint serving /metrics, /healthz and /readyz; empty turns it off")
 	f.Bool(&c.Pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on the HTTP endpoint (CPU and allocation profiles)")

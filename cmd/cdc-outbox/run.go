@@ -45,9 +45,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if c.CPUs > 0 {
-		// Measured on 2 cores, GOMAXPROCS 1 against 2: a fifth to a quarter
-		// less CPU per event, in a backlog drain and at 5,000 events/s,
-		// because a woken goroutine no longer wakes a second thread.
+		// One P: a goroutine woken on the data path (the producer, the
+		// acknowledgements) runs when the reader yields instead of waking
+		// a second thread (bench/results/cpu-per-event.md has the figures).
 		runtime.GOMAXPROCS(c.CPUs)
 	}
 	log := newLogger(stderr, c.LogFormat, c.LogLevel)
@@ -254,6 +254,7 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 		InFlight:           read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlight()) }),
 		InFlightBytes:      read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlightBytes()) }),
 		PostgresReconnects: read(func(dp *dataPath) float64 { return float64(dp.stream.Reconnects()) }),
+		StatusUpdates:      read(func(dp *dataPath) float64 { return float64(dp.stream.StatusUpdates()) }),
 		PostgresConnected: func() bool {
 			dp := parts.Load()
 			return dp != nil && dp.stream.Connected()

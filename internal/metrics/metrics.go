@@ -24,11 +24,12 @@
 //	cdc_outbox_slot_wal_status{status}          gauge     1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others
 //	cdc_outbox_connected{target}                gauge     1 while connected: target postgres (streaming) or kafka (answers metadata requests)
 //	cdc_outbox_reconnects_total{target}         counter   reconnections to postgres or kafka
+//	cdc_outbox_status_updates_total             counter   standby status updates sent to PostgreSQL
 //	cdc_outbox_ready                            gauge     1 while /readyz answers 200
 //	cdc_outbox_build_info{version,revision,goversion} gauge 1
 //
 // The Kafka client's own metrics (franz-go kprom) are under
-// cdc_outbox_kafka_*, and the Go runtime and process collectors are
+// cdc_outbox_kafka_* (produce_batches_total among them), and the Go runtime and process collectors are
 // registered as usual (go_*, process_*).
 //
 // Metrics are created on an injected registry. Values that other packages
@@ -58,6 +59,7 @@ type Sources struct {
 	InFlightBytes      func() float64
 	PostgresConnected  func() bool
 	PostgresReconnects func() float64
+	StatusUpdates      func() float64
 	Oldest             func() (commitTime time.Time, ok bool)
 	// Skipped counts the changes not published, by reason (the label
 	// values: update, delete, truncate, other_table).
@@ -174,6 +176,9 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 	f.NewCounterFunc(prometheus.CounterOpts{
 		Name: "cdc_outbox_transactions_total", Help: "Transactions fully confirmed to PostgreSQL.",
 	}, src.Transactions)
+	f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cdc_outbox_status_updates_total", Help: "Standby status updates sent to PostgreSQL (confirmed positions and keepalives).",
+	}, src.StatusUpdates)
 	reg.MustRegister(&funcs{
 		desc:   prometheus.NewDesc("cdc_outbox_events_skipped_total", "Changes that were not published, by reason.", []string{"reason"}, nil),
 		kind:   prometheus.CounterValue,
@@ -208,7 +213,10 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": runtimeVersion},
 	}).Set(1)
 
-	m.kafka = kprom.NewMetrics("cdc_outbox", kprom.Subsystem("kafka"), kprom.Registerer(reg))
+	// Batches besides kprom's defaults: batches per event is what the
+	// producer's linger buys, and a benchmark figure.
+	m.kafka = kprom.NewMetrics("cdc_outbox", kprom.Subsystem("kafka"), kprom.Registerer(reg),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.UncompressedBytes, kprom.Batches))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -28,6 +28,7 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 		InFlightBytes:      fixed(900),
 		PostgresConnected:  func() bool { return true },
 		PostgresReconnects: fixed(2),
+		StatusUpdates:      fixed(11),
 		Oldest:             func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
 		Skipped: map[string]func() float64{
 			"update": fixed(0), "delete": fixed(5), "truncate": fixed(0), "other_table": fixed(0),
@@ -124,6 +125,9 @@ cdc_outbox_slot_wal_status{status="extended"} 1
 cdc_outbox_slot_wal_status{status="lost"} 0
 cdc_outbox_slot_wal_status{status="reserved"} 0
 cdc_outbox_slot_wal_status{status="unreserved"} 0
+# HELP cdc_outbox_status_updates_total Standby status updates sent to PostgreSQL (confirmed positions and keepalives).
+# TYPE cdc_outbox_status_updates_total counter
+cdc_outbox_status_updates_total 11
 # HELP cdc_outbox_timestamps_replaced_total Records whose created_at was too far ahead for Kafka (which refuses timestamps over an hour ahead by default) and that carry the produce time instead.
 # TYPE cdc_outbox_timestamps_replaced_total counter
 cdc_outbox_timestamps_replaced_total 1
@@ -137,7 +141,8 @@ cdc_outbox_transactions_total 7
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
 		"cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
 		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
-		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_timestamps_replaced_total", "cdc_outbox_transactions_total",
+		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
+		"cdc_outbox_transactions_total",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)

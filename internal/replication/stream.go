@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -86,6 +87,7 @@ type Stream struct {
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
 	reconnects atomic.Uint64
+	updates    atomic.Uint64 // status updates sent
 }
 
 // New returns a stream that starts at pos.Confirmed().
@@ -102,6 +104,9 @@ func (s *Stream) Connected() bool { return s.connected.Load() }
 // Reconnects counts connections lost and tried again.
 func (s *Stream) Reconnects() uint64 { return s.reconnects.Load() }
 
+// StatusUpdates counts the standby status updates sent.
+func (s *Stream) StatusUpdates() uint64 { return s.updates.Load() }
+
 // fatal marks errors that reconnecting cannot fix.
 type fatal struct{ err error }
 
@@ -109,9 +114,6 @@ func (f fatal) Error() string { return f.err.Error() }
 func (f fatal) Unwrap() error { return f.err }
 
 const (
-	nap      = 300 * time.Microsecond
-	napEvery = 500 * time.Microsecond
-
 	retryMin   = 100 * time.Millisecond
 	retryMax   = 30 * time.Second
 	standbyLog = time.Minute // how often a waiting hot standby says so
@@ -199,6 +201,11 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["replication"] = "database"
 	TextFormats(cfg.RuntimeParams)
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
+	pr := &pacedReader{}
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		pr.r = r
+		return pgproto3.NewFrontend(pr, w)
+	}
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
 		return &ConnectError{Err: err}
@@ -227,7 +234,7 @@ func (s *Stream) session(ctx context.Context) error {
 	// The server resumes after start; what was confirmed before needs no
 	// second update, but the first keepalive tick should come soon.
 	s.lastSentAt = time.Time{}
-	return s.stream(ctx, conn)
+	return s.stream(ctx, conn, pr)
 }
 
 // explain turns the server errors that stop streaming for good into an
@@ -342,9 +349,9 @@ func serverMajor(version string) int {
 // once with a keepalive, and after the whole ReceiveTimeout without a
 // message it gives the connection up; Run reconnects. Time spent not
 // reading (backpressure) does not count as the server's silence.
-func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
-	netConn := conn.Conn()
-	var deadline, lastNap time.Time
+func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn, pr *pacedReader) error {
+	pr.stream(conn.Conn())
+	var deadline time.Time
 	heard, probed, received := time.Now(), false, false
 	for {
 		select {
@@ -353,7 +360,7 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 		default:
 		}
 		if ctx.Err() != nil {
-			return s.shutdown(conn)
+			return s.shutdown(conn, pr)
 		}
 		now := time.Now()
 		if received {
@@ -384,24 +391,14 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 		// than through a context, which would cost a goroutine per message.
 		if now.After(deadline) {
 			deadline = now.Add(s.cfg.StatusInterval)
-			if err := netConn.SetReadDeadline(deadline); err != nil {
+			if err := pr.setDeadline(deadline); err != nil {
 				return err
 			}
 		}
-		// Coalesce reads while data flows: the walsender sends each
-		// message on its own, and reading them one by one as they come
-		// costs a system call and a wake-up per message, CPU the walsender
-		// needs on the same machine. A short nap after every half
-		// millisecond of reading lets a few dozen messages gather, read in
-		// one call; it adds at most that nap to latency. (Go's timers round
-		// a sleep this short up to about 1.1 ms on Linux, measured; the nap
-		// is that long in fact.) Reading for 1 ms between naps cost more
-		// CPU per event; for 250 µs, the streamer fell behind the
-		// walsender at 100 events per transaction.
-		if now.Sub(lastNap) >= napEvery {
-			time.Sleep(nap)
-			lastNap = time.Now()
-		}
+		// Reads from the socket are paced (pace.go): the reader may let
+		// messages gather before a read that starts a new message with
+		// nothing buffered.
+		pr.fresh = conn.Frontend().ReadBufferLen() == 0
 		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if isTimeout(err) {
@@ -420,7 +417,7 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 					// the fix begins at that row's transaction: rows written
 					// before a schema change, still unconfirmed, would
 					// otherwise meet the configuration made for after it.
-					s.settle(conn)
+					s.settle(conn, pr)
 				}
 				return err
 			}
@@ -428,7 +425,7 @@ func (s *Stream) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			return s.explain(conn, pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.NoticeResponse:
 			if err := s.notice(m); err != nil {
-				s.settle(conn) // as for a row that stops the stream
+				s.settle(conn, pr) // as for a row that stops the stream
 				return err
 			}
 		case *pgproto3.CopyDone:
@@ -508,6 +505,7 @@ func (s *Stream) send(conn *pgconn.PgConn, now time.Time, force, reply bool) err
 	if err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, u); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
+	s.updates.Add(1)
 	if u.WALFlushPosition != s.lastSent {
 		s.log.Debug("confirmed", "lsn", u.WALFlushPosition)
 	}
@@ -563,11 +561,11 @@ func nextStatus(now time.Time, confirmed, lastSent pglogrepl.LSN, lastSentAt tim
 
 // shutdown stops reading, waits up to ShutdownTimeout for in-flight records
 // while keeping status updates flowing, then sends the final position.
-func (s *Stream) shutdown(conn *pgconn.PgConn) error {
+func (s *Stream) shutdown(conn *pgconn.PgConn, pr *pacedReader) error {
 	if err := s.drain(conn); err != nil {
 		return err
 	}
-	s.finish(conn)
+	s.finish(conn, pr)
 	s.log.Info("stopped", "confirmed_lsn", s.lastSent)
 	return nil
 }
@@ -589,8 +587,12 @@ const finishTimeout = 10 * time.Second
 // in its socket buffer. The next start then resends everything since the
 // position confirmed before, and after a row that stopped the stream, it
 // meets rows that were already delivered.
-func (s *Stream) finish(conn *pgconn.PgConn) {
-	if err := conn.Conn().SetReadDeadline(time.Now().Add(finishTimeout)); err != nil {
+//
+// The replies are read through pr, unpaced: what the server still sends is
+// read as it comes.
+func (s *Stream) finish(conn *pgconn.PgConn, pr *pacedReader) {
+	pr.fresh = false
+	if err := pr.setDeadline(time.Now().Add(finishTimeout)); err != nil {
 		return
 	}
 	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
@@ -627,11 +629,11 @@ func (s *Stream) drain(conn *pgconn.PgConn) error {
 // settle is drain on the way out with another error: the records before a
 // row that stops the stream get their acks and their position confirmed,
 // as far as the broker allows within ShutdownTimeout.
-func (s *Stream) settle(conn *pgconn.PgConn) {
+func (s *Stream) settle(conn *pgconn.PgConn, pr *pacedReader) {
 	if err := s.drain(conn); err != nil {
 		s.log.Warn("could not confirm the events before the stopping row; they will be sent again on the next start", "error", err)
 		return
 	}
-	s.finish(conn)
+	s.finish(conn, pr)
 	s.log.Info("confirmed the events before the stopping row", "confirmed_lsn", s.lastSent)
 }
