@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -781,21 +779,11 @@ const debeziumNotes = `
 
 // runDebeziumCompare is run's -debezium branch.
 func runDebeziumCompare(ctx context.Context, o options, b *bench, res *debeziumResults) int {
-	var peak atomic.Uint64
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	go watchLoad(loadCtx, &peak)
-	runErr := b.runDebezium(ctx, o, res)
-	stopLoad()
-	res.info.loadPeak = max(math.Float64frombits(peak.Load()), loadAverage())
-	res.info.duration = time.Since(startedAt)
-	if runErr != nil {
-		res.incomplete = runErr.Error()
-		fmt.Fprintln(os.Stderr, "bench: stopped early:", runErr)
-	}
+	res.incomplete = measured(ctx, &res.info, func() error { return b.runDebezium(ctx, o, res) })
 	md := res.markdown()
 	fmt.Println()
 	fmt.Print(md)
-	if runErr != nil {
+	if res.incomplete != "" {
 		progress("incomplete run: %s not written", filepath.Join(o.out, "debezium.md"))
 		return 1
 	}

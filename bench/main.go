@@ -26,13 +26,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -213,20 +211,10 @@ func run(ctx context.Context, o options) int {
 	res := &results{info: b.info(ctx, o)}
 	progress("PostgreSQL %s, Kafka %s, %d cores, %s; database %s", res.info.pgVersion, res.info.kafkaVersion, res.info.cores, res.info.goVersion, b.dbName)
 
-	var peak atomic.Uint64
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	go watchLoad(loadCtx, &peak)
-	runErr := b.runPhases(ctx, o, res)
-	stopLoad()
-	res.info.loadPeak = max(math.Float64frombits(peak.Load()), loadAverage())
-	res.info.duration = time.Since(startedAt)
-	if runErr != nil {
-		res.incomplete = runErr.Error()
-		fmt.Fprintln(os.Stderr, "bench: stopped early:", runErr)
-	}
+	res.incomplete = measured(ctx, &res.info, func() error { return b.runPhases(ctx, o, res) })
 	fmt.Println()
 	fmt.Print(res.text())
-	if runErr != nil {
+	if res.incomplete != "" {
 		// A partial report must not replace the last complete one.
 		progress("incomplete run: %s not written", filepath.Join(o.out, "latest.md"))
 		return 1

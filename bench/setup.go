@@ -355,6 +355,24 @@ func loadAverage() float64 {
 	return l
 }
 
+// measured runs the run's phases, recording in info the highest load
+// average while they ran and the bench's duration; it returns why the run
+// stopped early, or "" when it did not.
+func measured(ctx context.Context, info *runInfo, phases func() error) (incomplete string) {
+	var peak atomic.Uint64
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	go watchLoad(loadCtx, &peak)
+	err := phases()
+	stopLoad()
+	info.loadPeak = max(math.Float64frombits(peak.Load()), loadAverage())
+	info.duration = time.Since(startedAt)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: stopped early:", err)
+		return err.Error()
+	}
+	return ""
+}
+
 // watchLoad records the highest 1-minute load average until ctx ends; the
 // servers may be shared, and a busy machine explains odd numbers.
 func watchLoad(ctx context.Context, peak *atomic.Uint64) {
