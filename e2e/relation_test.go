@@ -43,9 +43,30 @@ func (e *env) partitionedOutbox() {
 		CREATE TABLE outbox_1 PARTITION OF outbox FOR VALUES IN (1)`)
 }
 
-// setBucket sends the writers' next rows to partition n.
+// setBucket sends the writers' next rows to partition n, once every
+// transaction that was open when it was called has ended. A transaction
+// that already holds its lock on the outbox keeps the partitions it knew
+// (PostgreSQL reads the new ones when a transaction first locks the
+// table), so a row for a partition made during that transaction finds
+// none: "no partition of relation "outbox" found for row". A retention job
+// makes partitions ahead of their time for the same reason.
 func (e *env) setBucket(n int) {
 	e.t.Helper()
+	ctx := testenv.Context(e.t)
+	var since time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
+		e.t.Fatal(err)
+	}
+	eventually(e.t, time.Minute, "the transactions open before the new partition to end", func() bool {
+		var open int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_type = 'client backend'
+				AND pid <> pg_backend_pid() AND xact_start < $1`, since).Scan(&open)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return open == 0
+	})
 	testenv.Exec(e.t, e.url, `UPDATE outbox_clock SET bucket = $1`, n)
 }
 
