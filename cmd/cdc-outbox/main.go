@@ -58,6 +58,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	case "republish":
 		return republishCommand(args[1:], stdout, stderr)
 	case "version", "--version":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "cdc-outbox version: unexpected argument %q: version takes no flags or arguments\n", args[1])
+			return 2
+		}
 		v, rev := buildVersion()
 		fmt.Fprintf(stdout, "cdc-outbox %s (commit %s, %s)\n", v, rev, runtime.Version())
 		return 0

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,71 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 		if !strings.Contains(string(readme), "| `--"+name+"` |") {
 			t.Errorf("README.md has no row for --%s", name)
 		}
+	}
+}
+
+// TestFlagErrors: every wrong flag or value stops the command before it
+// connects anywhere (the URLs point at closed ports, so a connection would
+// fail differently, with code 1), with code 2 and one message that names
+// the flag, where its value came from, the value and what is accepted.
+func TestFlagErrors(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "cdc-outbox.yaml")
+	if err := os.WriteFile(config, []byte("slot: x\nkafka-compression: snappy2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	closed := []string{"--postgres-url", "postgres://127.0.0.1:1/x", "--kafka-brokers", "127.0.0.1:1", "--http-addr", ""}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"run", "--kafka-compression", "brotli"},
+			want: `cdc-outbox run: invalid configuration:` + "\n" + `--kafka-compression "brotli": use none, gzip, snappy, lz4 or zstd`},
+		{args: []string{"run"}, env: map[string]string{"CDC_OUTBOX_KAFKA_COMPRESSION": "brotli"},
+			want: `--kafka-compression (from CDC_OUTBOX_KAFKA_COMPRESSION) "brotli": use none, gzip, snappy, lz4 or zstd`},
+		{args: []string{"run", "--config", config},
+			want: `--kafka-compression (from ` + config + `:2) "snappy2": use none, gzip, snappy, lz4 or zstd`},
+		{args: []string{"run", "--status-interval", "abc"},
+			want: `cdc-outbox run: --status-interval "abc": want a duration string such as "200ms", "10s" or "1m30s"`},
+		{args: []string{"run"}, env: map[string]string{"CDC_OUTBOX_MAX_INFLIGHT_EVENTS": "abc"},
+			want: `cdc-outbox run: --max-inflight-events (from CDC_OUTBOX_MAX_INFLIGHT_EVENTS) "abc": want an integer`},
+		{args: []string{"run"}, env: map[string]string{"CDC_OUTBOX_MAX_INFLIGHT_EVENTS": "-5"},
+			want: `--max-inflight-events (from CDC_OUTBOX_MAX_INFLIGHT_EVENTS) -5: must be positive`},
+		{args: []string{"run", "--create-slot=maybe"},
+			want: `cdc-outbox run: --create-slot "maybe": want a boolean (true or false)`},
+		{args: []string{"run", "--kafka-broker", "x"},
+			want: `cdc-outbox run: unknown flag --kafka-broker (did you mean --kafka-brokers?)`},
+		{args: []string{"status", "--slots", "x"},
+			want: `cdc-outbox status: unknown flag --slots (did you mean --slot?)`},
+		{args: []string{"run", "--frobnicate"},
+			want: `cdc-outbox run: unknown flag --frobnicate (see cdc-outbox run --help)`},
+		{args: []string{"run", "--slot"},
+			want: `cdc-outbox run: --slot needs a value: a string`},
+		{args: []string{"status", "--timeout", "0s"},
+			want: `--timeout 0s: must be positive`},
+		{args: []string{"republish", "--batch-size", "0"},
+			want: `--batch-size 0: must be positive`},
+		{args: []string{"version", "--bogus"},
+			want: `cdc-outbox version: unexpected argument "--bogus": version takes no flags or arguments`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			args := tc.args
+			switch args[0] { // the closed ports first: the flag under test last
+			case "run":
+				args = append(append([]string{"run"}, closed...), args[1:]...)
+			case "republish": // no HTTP endpoint
+				args = append(append([]string{"republish"}, closed[:4]...), args[1:]...)
+			case "status": // no Kafka, no HTTP endpoint
+				args = append(append([]string{"status"}, closed[:2]...), args[1:]...)
+			}
+			var out, errOut bytes.Buffer
+			code := cli(args, &out, &errOut)
+			if code != 2 || !strings.Contains(errOut.String(), tc.want) {
+				t.Fatalf("cdc-outbox %s: code %d, stderr:\n%s\nwant code 2 and %q", strings.Join(args, " "), code, errOut.String(), tc.want)
+			}
+		})
 	}
 }

@@ -44,7 +44,7 @@ func statusFlags(c *statusConfig) *flags {
 func (c *statusConfig) validate() error {
 	var p problems
 	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
-	p.check(c.Timeout > 0, "--timeout must be positive")
+	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
 	return errors.Join(p...)
 }
 
@@ -160,16 +160,8 @@ type statusReport struct {
 func statusCommand(args []string, stdout, stderr io.Writer) int {
 	var c statusConfig
 	f := statusFlags(&c)
-	if err := f.parse(args, stdout); err != nil {
-		if errors.Is(err, errHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "cdc-outbox status: %v\n", err)
-		return 2
-	}
-	if err := c.validate(); err != nil {
-		fmt.Fprintf(stderr, "cdc-outbox status: invalid configuration:\n%v\n", err)
-		return 2
+	if code, ok := f.load(args, c.validate, stdout, stderr); !ok {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()

@@ -79,6 +79,13 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	return &Sink{cl: cl}, nil
 }
 
+// KnownCompression reports whether name is a Config.Compression New
+// accepts, so that a command can check it before connecting anywhere.
+func KnownCompression(name string) bool {
+	_, err := codec(name)
+	return err == nil
+}
+
 func codec(name string) (kgo.CompressionCodec, error) {
 	switch strings.ToLower(name) {
 	case "", "none":
