@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,6 +179,63 @@ func TestFlagErrors(t *testing.T) {
 			code := cli(args, &out, &errOut)
 			if code != 2 || !strings.Contains(errOut.String(), tc.want) {
 				t.Fatalf("cdc-outbox %s: code %d, stderr:\n%s\nwant code 2 and %q", strings.Join(args, " "), code, errOut.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestConnectErrorsAreOneLine: run and status tell a failed connection in
+// one line, with the address tried, the cause once and what to check; with
+// no --postgres-url at all, they say so.
+func TestConnectErrorsAreOneLine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	for _, k := range []string{"CDC_OUTBOX_POSTGRES_URL", "PGHOST", "PGPORT", "PGHOSTADDR", "PGSERVICE", "PGSERVICEFILE", "PGDATABASE", "PGUSER"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("PGHOST", t.TempDir()) // a folder with no server's socket in it, as the default would be
+	hint := "check --postgres-url (CDC_OUTBOX_POSTGRES_URL), the PG* environment variables, and that the server is running and reachable"
+	for _, tc := range []struct {
+		name string
+		url  string
+		want []string
+	}{
+		{"closed port", "postgres://u@" + closed + "/d?connect_timeout=5",
+			[]string{"cannot connect to PostgreSQL at " + closed + " as user u to database d: connection refused; " + hint}},
+		{"unknown host", "postgres://u@nosuchhost.invalid:5432/d?connect_timeout=5",
+			[]string{"cannot connect to PostgreSQL at nosuchhost.invalid:5432 as user u to database d: ", "nosuchhost.invalid", hint}},
+		{"no url", "", []string{"/.s.PGSQL.5432", ": no such file or directory; no --postgres-url was given (nor CDC_OUTBOX_POSTGRES_URL), " +
+			"so the PG* environment variables and libpq's defaults were used: give --postgres-url"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, command := range [][]string{
+				{"status", "--postgres-url", tc.url, "--timeout", "10s"},
+				{"run", "--postgres-url", tc.url, "--http-addr", "", "--log-format", "json"},
+			} {
+				var out, errOut bytes.Buffer
+				code := cli(command, &out, &errOut)
+				lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
+				msg := lines[len(lines)-1]
+				if command[0] == "run" {
+					var entry struct{ Msg, Error string }
+					if err := json.Unmarshal([]byte(msg), &entry); err != nil {
+						t.Fatalf("run: %v: %s", err, msg)
+					}
+					msg = entry.Error
+				}
+				if code == 0 || strings.Count(msg, "cannot connect to PostgreSQL") != 1 || strings.ContainsAny(msg, "\n\t") {
+					t.Errorf("%s: code %d, want one line saying it cannot connect, once:\n%s", command[0], code, errOut.String())
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(msg, w) {
+						t.Errorf("%s: %q\nwant it to contain %q", command[0], msg, w)
+					}
+				}
 			}
 		})
 	}

@@ -207,9 +207,7 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	var connect *replication.ConnectError
 	switch {
 	case errors.As(err, &connect):
-		// The advice first: pgx's error may run over several lines.
-		r.fail(verdictCannotConnect, fmt.Sprintf("cannot connect to PostgreSQL: check --postgres-url (env %s), "+
-			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), say(err)), err)
+		r.fail(verdictCannotConnect, say(connect), err)
 		return r
 	case err != nil:
 		r.fail(verdictCannotRead, fmt.Sprintf("cannot read the status: check that the role may read "+

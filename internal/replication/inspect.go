@@ -64,7 +64,7 @@ func Inspect(ctx context.Context, url string, names Names) (Inspection, error) {
 	in := Inspection{Names: names, RowsEstimate: -1}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return in, &ConnectError{Err: err}
+		return in, NewConnectError(url, err)
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -70,7 +70,7 @@ const (
 func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepared, error) {
 	conn, err := connect(ctx, url)
 	if err != nil {
-		return Prepared{}, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return Prepared{}, err // a *ConnectError, which says "cannot connect to PostgreSQL"
 	}
 	defer conn.Close(context.Background())
 
@@ -235,7 +235,7 @@ func failoverSlot(ctx context.Context, url, slot string, log *slog.Logger) {
 		cfg.RuntimeParams["replication"] = "database"
 		conn, err := pgconn.ConnectConfig(ctx, cfg)
 		if err != nil {
-			return &ConnectError{Err: err}
+			return NewConnectError(url, err)
 		}
 		defer conn.Close(context.Background())
 		// Slot names are [a-z0-9_] (checked with the configuration): no

@@ -201,7 +201,7 @@ func (s *Stream) session(ctx context.Context) error {
 	cfg.RuntimeParams["application_name"] = "cdc-outbox"
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
-		return &ConnectError{Err: err}
+		return NewConnectError(s.cfg.URL, err)
 	}
 	defer conn.Close(context.Background())
 	if err := s.follow(setupCtx, conn); err != nil {
