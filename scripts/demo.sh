@@ -16,18 +16,28 @@ streamer=""
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
+# cleanup stops the streamer with one SIGTERM (it drains and confirms what
+# Kafka acknowledged, then exits 0), then the servers. The streamer runs in
+# a session of its own (setsid, below), so the terminal's Ctrl-C reaches
+# only this script: a second signal would make it exit at once.
 cleanup() {
 	trap - INT TERM EXIT
 	say "Stopping"
 	if [ -n "$streamer" ] && kill -0 "$streamer" 2>/dev/null; then
-		kill -TERM "$streamer" && wait "$streamer" || true
-		echo "cdc-outbox stopped"
+		kill -TERM "$streamer"
+		if wait "$streamer"; then
+			echo "cdc-outbox stopped"
+		else
+			echo "cdc-outbox exited with status $?; its log: $log"
+		fi
 	fi
 	scripts/kafka.sh stop || true
 	scripts/postgres.sh stop || true
 	echo "servers stopped (their data stays in $local_dir; 'make clean' removes it)"
 }
-trap cleanup INT TERM EXIT
+# Ctrl-C (or a TERM) is how the demo ends: a clean stop, exit 0.
+trap 'cleanup; exit 0' INT TERM
+trap cleanup EXIT
 
 say "Checking prerequisites"
 scripts/deps.sh
@@ -44,7 +54,7 @@ psql_ -f sql/publication.sql
 
 say "Building and starting cdc-outbox"
 go build -o "$bin" ./cmd/cdc-outbox
-"$bin" run --postgres-url "$url" --kafka-brokers "$brokers" --http-addr "$http" >"$log" 2>&1 &
+setsid "$bin" run --postgres-url "$url" --kafka-brokers "$brokers" --http-addr "$http" </dev/null >"$log" 2>&1 &
 streamer=$!
 for _ in $(seq 1 300); do
 	grep -q '"streaming"\|msg=streaming' "$log" && break
