@@ -41,7 +41,12 @@ trap cleanup EXIT
 
 say "Checking prerequisites"
 scripts/deps.sh
-say "Starting PostgreSQL and Kafka (the first run downloads the Kafka jars: about a minute)"
+jars="${CDC_OUTBOX_KAFKA_JARS:-$repo/.local/kafka/libs}"
+if [ -f "$jars/.pom-$(md5sum scripts/kafka/pom.xml | cut -d' ' -f1)" ]; then
+	say "Starting PostgreSQL and Kafka"
+else
+	say "Starting PostgreSQL and Kafka (downloading the Kafka jars first, once: about a minute)"
+fi
 scripts/postgres.sh start
 scripts/kafka.sh start
 url="$(scripts/postgres.sh url)"

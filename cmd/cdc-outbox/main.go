@@ -27,11 +27,11 @@ Events are confirmed to PostgreSQL only after Kafka has acknowledged them:
 a crash loses nothing and repeats at most the events that were in flight.
 
 Usage:
-  cdc-outbox run [flags]    stream events (see cdc-outbox run --help)
-  cdc-outbox status [flags]  show the replication slot's health (see cdc-outbox status --help)
+  cdc-outbox run [flags]        stream events (see cdc-outbox run --help)
+  cdc-outbox status [flags]     show the replication slot's health (see cdc-outbox status --help)
   cdc-outbox republish [flags]  send outbox rows again from the table, as the stream would
-                            (the repair after a lost slot; see cdc-outbox republish --help)
-  cdc-outbox version        print version, commit and Go version
+                                (the repair after a lost slot; see cdc-outbox republish --help)
+  cdc-outbox version            print version, commit and Go version
 
 Every flag can also be set as an environment variable (--kafka-brokers is
 CDC_OUTBOX_KAFKA_BROKERS) or as a key of a YAML file given with --config or

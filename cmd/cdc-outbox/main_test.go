@@ -240,3 +240,27 @@ func TestConnectErrorsAreOneLine(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageAligned: the commands' descriptions in the usage text start in
+// one column.
+func TestUsageAligned(t *testing.T) {
+	col := -1
+	for _, line := range strings.Split(usage, "\n") {
+		if !strings.HasPrefix(line, "  ") {
+			continue
+		}
+		// A command's text follows two or more spaces; a continuation
+		// line's is indented to it.
+		desc := len(line) - len(strings.TrimLeft(line, " "))
+		if cmd := line[desc:]; strings.HasPrefix(cmd, "cdc-outbox ") {
+			gap := strings.Index(cmd, "  ")
+			desc += gap + len(cmd[gap:]) - len(strings.TrimLeft(cmd[gap:], " "))
+		}
+		if col == -1 {
+			col = desc
+		}
+		if desc != col {
+			t.Errorf("usage line %q starts its text at column %d, the first at %d", line, desc, col)
+		}
+	}
+}

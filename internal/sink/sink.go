@@ -47,7 +47,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+		kgo.WithLogger(quietLogger{kslog.New(log.With("component", "kafka"))}),
 		// Idempotent writes (franz-go's default) need acks=all; say both so a
 		// reader does not have to know the defaults.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
