@@ -58,7 +58,9 @@ psql_() { "$psql_bin" "$url" -v ON_ERROR_STOP=1 -q "$@"; }
 psql_ -f sql/publication.sql
 
 say "Building and starting cdc-outbox"
-go build -o "$bin" ./cmd/cdc-outbox
+# As `make build` builds it: the version and commit go into the binary.
+make --no-print-directory -s build BIN="$bin"
+"$bin" version
 setsid "$bin" run --postgres-url "$url" --kafka-brokers "$brokers" --http-addr "$http" </dev/null >"$log" 2>&1 &
 streamer=$!
 for _ in $(seq 1 300); do

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -262,5 +264,37 @@ func TestUsageAligned(t *testing.T) {
 		if desc != col {
 			t.Errorf("usage line %q starts its text at column %d, the first at %d", line, desc, col)
 		}
+	}
+}
+
+// TestMakeBuildEmbedsVersion: `make build` (which the demo uses too) puts
+// git's description and commit into the binary, through -ldflags -X on
+// this package's version and revision, which a rename would silently
+// break.
+func TestMakeBuildEmbedsVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the binary with make")
+	}
+	bin := filepath.Join(t.TempDir(), "cdc-outbox")
+	build := exec.Command("make", "--no-print-directory", "-s", "build", "BIN="+bin)
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	describe, err := exec.Command("git", "describe", "--tags", "--always", "--dirty").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("cdc-outbox %s (commit %s, ", strings.TrimSpace(string(describe)), strings.TrimSpace(string(head)))
+	if !strings.HasPrefix(string(out), want) {
+		t.Errorf("version: %q, want it to begin %q", out, want)
 	}
 }
