@@ -77,6 +77,9 @@ func TestDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("the demo did not stop within 3 minutes of Ctrl-C:\n%s", out.String())
 	}
+	if i := strings.Index(out.String(), "Stopping"); i >= 0 {
+		t.Logf("the demo after Ctrl-C:\n%s", out.String()[i:])
+	}
 	if !strings.Contains(out.String(), "cdc-outbox stopped") {
 		t.Errorf("the demo does not say the streamer stopped:\n%s", out.String())
 	}
@@ -86,6 +89,19 @@ func TestDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	}
 	if bytes.Contains(log, []byte("second signal")) || !bytes.Contains(log, []byte("msg=stopped")) {
 		t.Errorf("the streamer did not stop cleanly on one signal:\n%s", log)
+	}
+
+	// The demo had servers of its own, and said where their data is.
+	if _, err := os.Stat(filepath.Join(state, "postgres")); err == nil {
+		t.Errorf("the demo used the tests' PostgreSQL state folder %s", filepath.Join(state, "postgres"))
+	}
+	datadir := exec.Command("scripts/postgres.sh", "datadir")
+	datadir.Dir, datadir.Env = root, append(env[:len(env):len(env)], "CDC_OUTBOX_LOCAL="+demoState)
+	if b, err := datadir.Output(); err != nil {
+		t.Error(err)
+	} else if where := strings.TrimSpace(string(b)); !strings.Contains(out.String(), "servers stopped; their data stays for the next demo: "+demoState) ||
+		(!strings.HasPrefix(where, demoState) && !strings.Contains(out.String(), "PostgreSQL's data folder "+where)) {
+		t.Errorf("the demo does not say where its data is (%s, PostgreSQL's in %s):\n%s", demoState, where, out.String())
 	}
 
 	// Nothing of the demo is left: no process runs from its state folder
@@ -102,8 +118,8 @@ func TestDemoStopsCleanlyOnCtrlC(t *testing.T) {
 }
 
 // demoStateDir is where the demo keeps its servers' state under the state
-// folder local.
-func demoStateDir(local string) string { return local }
+// folder local: servers of its own, not the tests'.
+func demoStateDir(local string) string { return filepath.Join(local, "demo") }
 
 // processesMentioning lists the running processes whose command line
 // contains s.
