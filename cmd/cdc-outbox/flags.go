@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -158,7 +159,11 @@ func (f *flags) commandLineError(err error) error {
 		return fmt.Errorf("unknown flag --%s (see %s --help)", m[1], f.fs.Name())
 	}
 	if m := flagBadValue.FindStringSubmatch(msg); m != nil && f.fs.Lookup(m[2]) != nil {
-		return f.badValue(m[2], m[1])
+		value, err := strconv.Unquote(`"` + m[1] + `"`) // the flag package quoted it
+		if err != nil {
+			value = m[1]
+		}
+		return f.badValue(m[2], value)
 	}
 	if m := flagNoValue.FindStringSubmatch(msg); m != nil && f.fs.Lookup(m[1]) != nil {
 		return fmt.Errorf("--%s needs a value: %s", m[1], wantType(m[1], f.fs.Lookup(m[1])))

@@ -147,6 +147,8 @@ func TestFlagErrors(t *testing.T) {
 			want: `cdc-outbox run: --max-inflight-events (from CDC_OUTBOX_MAX_INFLIGHT_EVENTS) "abc": want an integer`},
 		{args: []string{"run"}, env: map[string]string{"CDC_OUTBOX_MAX_INFLIGHT_EVENTS": "-5"},
 			want: `--max-inflight-events (from CDC_OUTBOX_MAX_INFLIGHT_EVENTS) -5: must be positive`},
+		{args: []string{"run", "--max-record-bytes", `1"0`},
+			want: `cdc-outbox run: --max-record-bytes "1\"0": want an integer`},
 		{args: []string{"run", "--create-slot=maybe"},
 			want: `cdc-outbox run: --create-slot "maybe": want a boolean (true or false)`},
 		{args: []string{"run", "--kafka-broker", "x"},
