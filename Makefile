@@ -99,10 +99,15 @@ bench-debezium:
 	scripts/debezium.sh fetch
 	scripts/with-servers.sh $(GO) run ./bench -debezium
 
-# Stops and removes the local servers' data (every PostgreSQL major's); the
-# downloaded Kafka jars and PostgreSQL binaries stay.
+# Stops and removes the local servers' data (every PostgreSQL major's, and
+# the demo's servers in .local/demo); the downloads (Kafka jars, PostgreSQL
+# binaries, promtool) stay.
 clean:
 	-scripts/postgres.sh destroy
 	-for v in 14 15 16 17 18; do PG_VERSION=$$v scripts/postgres.sh destroy; done
 	-scripts/kafka.sh destroy
+	-demo="$${CDC_OUTBOX_LOCAL:-$(CURDIR)/.local}/demo"; \
+		CDC_OUTBOX_LOCAL="$$demo" scripts/postgres.sh destroy; \
+		CDC_OUTBOX_LOCAL="$$demo" scripts/kafka.sh destroy; \
+		rm -rf "$$demo"
 	rm -rf bin

@@ -3,14 +3,19 @@
 // dashboard and the rules are checked against cdc-outbox's metric names (a
 // contract, see internal/metrics).
 //
-// promtool is built once from a pinned Prometheus module version with
-// `go install` into the user's cache directory and reused from there. The
-// first build takes minutes on two cores (measured: 6m17s with an empty Go
-// build cache, about 9.5 minutes when the modules must be downloaded too,
-// which is close to go test's default 10m -timeout; `make test` allows 60m),
-// 30s when the Go build cache already holds the packages; later runs reuse
-// the binary and the whole package takes about a second. Set PROMTOOL to use another
-// promtool binary instead.
+// promtool is built once from a pinned Prometheus module version (the
+// version docker-compose.yml runs, so that the rules are tested by the
+// Prometheus that evaluates them) with `go install` into
+// .local/promtool/<version>-<os>-<arch> of the checkout, beside the other
+// downloads (the Kafka jars, PostgreSQL binaries), and reused from there;
+// `make clean` keeps it. No registry this project uses ships a promtool of
+// that version (Debian's prometheus package is 2.x). The first build takes
+// minutes on two cores (measured: 6m17s with an empty Go build cache, about
+// 9.5 minutes when the modules must be downloaded too, which is close to go
+// test's default 10m -timeout; `make test` allows 60m), less when the Go
+// build cache already holds the packages (a new clone on the same machine);
+// later runs reuse the binary and the whole package takes about a second.
+// Set PROMTOOL to use another promtool binary instead.
 package deploy_test
 
 import (
@@ -130,11 +135,11 @@ func promtoolPath(t *testing.T) string {
 	if p := os.Getenv("PROMTOOL"); p != "" {
 		return p
 	}
-	cache, err := os.UserCacheDir()
+	root, err := filepath.Abs("..") // the checkout: go test runs in deploy/
 	if err != nil {
-		cache = os.TempDir()
+		t.Fatal(err)
 	}
-	dir := filepath.Join(cache, "cdc-outbox", "promtool", promtoolVersion+"-"+runtime.GOOS+"-"+runtime.GOARCH)
+	dir := filepath.Join(root, ".local", "promtool", promtoolVersion+"-"+runtime.GOOS+"-"+runtime.GOARCH)
 	bin := filepath.Join(dir, "promtool")
 	if _, err := os.Stat(bin); err != nil && testing.Short() {
 		t.Skipf("-short: promtool %s is not built yet (%s), and building it takes minutes on a cold Go cache; run without -short once", promtoolVersion, bin)

@@ -136,7 +136,7 @@ func TestSecretsStayOutOfOutput(t *testing.T) {
 			"--kafka-sasl-password and --kafka-sasl-password-file are both set"},
 		{"password without mechanism, from the environment",
 			[]string{"CDC_OUTBOX_KAFKA_SASL_PASSWORD=" + kafkaSecret, "CDC_OUTBOX_POSTGRES_URL=" + secretURL}, nil,
-			"--kafka-sasl-password given but --kafka-sasl-mechanism is none"},
+			"--kafka-sasl-password (from CDC_OUTBOX_KAFKA_SASL_PASSWORD) given but --kafka-sasl-mechanism is none"},
 		{"unparsable URL", nil, sasl("--kafka-sasl-password", kafkaSecret, "--postgres-url", "postgres://postgres:"+pgSecret+"@127.0.0.1:notaport/db"),
 			"--postgres-url:"},
 		{"missing password file", nil, sasl("--kafka-sasl-password-file", "/nonexistent/password"),

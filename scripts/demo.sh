@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# `make demo`: cdc-outbox end to end on this machine, no Docker. Starts the
-# local PostgreSQL and Kafka, applies sql/publication.sql, runs the
-# streamer, writes a burst of payment events and shows them arriving in
-# Kafka with the lag figures. Ctrl-C stops everything.
+# `make demo`: cdc-outbox end to end on this machine, no Docker. Starts a
+# PostgreSQL and a Kafka of the demo's own, applies sql/publication.sql,
+# runs the streamer, writes a burst of payment events and shows them
+# arriving in Kafka with the lag figures. Ctrl-C stops everything.
+#
+# The demo's servers are not the tests': their state is in .local/demo
+# (under CDC_OUTBOX_LOCAL when set), so a test run never finds the demo's
+# slot holding WAL on its server, and stopping the demo stops nothing a
+# test uses. The downloads (Kafka jars, PostgreSQL binaries) are shared.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-local_dir="${CDC_OUTBOX_LOCAL:-$repo/.local}"
+local_dir="${CDC_OUTBOX_LOCAL:-$repo/.local}/demo"
 mkdir -p "$local_dir"
+# The servers' scripts keep their state there.
+export CDC_OUTBOX_LOCAL="$local_dir"
 bin="$local_dir/bin/cdc-outbox"
 log="$local_dir/demo-streamer.log"
 http="127.0.0.1:${CDC_OUTBOX_DEMO_HTTP_PORT:-8080}"
@@ -16,22 +23,50 @@ streamer=""
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
+# where says where the demo's data is: as root, PostgreSQL's data folder is
+# under /tmp, where the unprivileged user that runs the server can reach it
+# (scripts/postgres.sh).
+where() {
+	local pgdata
+	pgdata="$(scripts/postgres.sh datadir)"
+	case "$pgdata" in
+	"$local_dir"/*) echo "$local_dir" ;;
+	*) echo "$local_dir, and PostgreSQL's data folder $pgdata" ;;
+	esac
+}
+
+# cleanup stops the streamer with one SIGTERM (it drains and confirms what
+# Kafka acknowledged, then exits 0), then the servers. The streamer runs in
+# a session of its own (setsid, below), so the terminal's Ctrl-C reaches
+# only this script: a second signal would make it exit at once.
 cleanup() {
 	trap - INT TERM EXIT
 	say "Stopping"
 	if [ -n "$streamer" ] && kill -0 "$streamer" 2>/dev/null; then
-		kill -TERM "$streamer" && wait "$streamer" || true
-		echo "cdc-outbox stopped"
+		kill -TERM "$streamer"
+		if wait "$streamer"; then
+			echo "cdc-outbox stopped"
+		else
+			echo "cdc-outbox exited with status $?; its log: $log"
+		fi
 	fi
 	scripts/kafka.sh stop || true
 	scripts/postgres.sh stop || true
-	echo "servers stopped (their data stays in $local_dir; 'make clean' removes it)"
+	echo "servers stopped; their data stays for the next demo: $(where). 'make clean' removes it"
 }
-trap cleanup INT TERM EXIT
+# Ctrl-C (or a TERM) is how the demo ends: a clean stop, exit 0.
+trap 'cleanup; exit 0' INT TERM
+trap cleanup EXIT
 
 say "Checking prerequisites"
 scripts/deps.sh
-say "Starting PostgreSQL and Kafka (the first run downloads the Kafka jars: about a minute)"
+jars="${CDC_OUTBOX_KAFKA_JARS:-$repo/.local/kafka/libs}"
+if [ -f "$jars/.pom-$(md5sum scripts/kafka/pom.xml | cut -d' ' -f1)" ]; then
+	say "Starting the demo's PostgreSQL and Kafka"
+else
+	say "Starting the demo's PostgreSQL and Kafka (downloading the Kafka jars first, once: about a minute)"
+fi
+echo "their data: $(where)"
 scripts/postgres.sh start
 scripts/kafka.sh start
 url="$(scripts/postgres.sh url)"
@@ -43,8 +78,10 @@ psql_() { "$psql_bin" "$url" -v ON_ERROR_STOP=1 -q "$@"; }
 psql_ -f sql/publication.sql
 
 say "Building and starting cdc-outbox"
-go build -o "$bin" ./cmd/cdc-outbox
-"$bin" run --postgres-url "$url" --kafka-brokers "$brokers" --http-addr "$http" >"$log" 2>&1 &
+# As `make build` builds it: the version and commit go into the binary.
+make --no-print-directory -s build BIN="$bin"
+"$bin" version
+setsid "$bin" run --postgres-url "$url" --kafka-brokers "$brokers" --http-addr "$http" </dev/null >"$log" 2>&1 &
 streamer=$!
 for _ in $(seq 1 300); do
 	grep -q '"streaming"\|msg=streaming' "$log" && break

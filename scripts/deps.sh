@@ -35,7 +35,7 @@ have_pip_if_needed() {
 kafka_jars_cached() {
 	local sum
 	sum=$(md5sum "$repo/scripts/kafka/pom.xml" | cut -d' ' -f1)
-	[ -f "${CDC_OUTBOX_LOCAL:-$repo/.local}/kafka/libs/.pom-$sum" ]
+	[ -f "${CDC_OUTBOX_KAFKA_JARS:-$repo/.local/kafka/libs}/.pom-$sum" ]
 }
 
 have_pg || missing+=(postgresql)

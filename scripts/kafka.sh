@@ -8,7 +8,8 @@
 #   scripts/kafka.sh proxied-brokers|proxied-target
 #
 # The jars are resolved once by Maven from scripts/kafka/pom.xml into
-# .local/kafka/libs and reused. The broker listens on 127.0.0.1 on free ports
+# .local/kafka/libs (CDC_OUTBOX_KAFKA_JARS moves them), whatever the state
+# folder, and reused. The broker listens on 127.0.0.1 on free ports
 # chosen at first start and kept, so a restarted broker is found at the same
 # address; its log dir survives stop, kill and restart (destroy removes it).
 # "Ready" means the broker answered a metadata request on both client
@@ -45,7 +46,8 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 state="${CDC_OUTBOX_LOCAL:-$repo/.local}/kafka"
-libs="$state/libs"
+# The jars are a cache, shared by every state folder (the demo's, a test's).
+libs="${CDC_OUTBOX_KAFKA_JARS:-$repo/.local/kafka/libs}"
 data="$state/data"
 conf="$state/server.properties"
 pidfile="$state/pid"

@@ -91,11 +91,18 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// postgresConnect says what to check when connecting to PostgreSQL failed
-// for a cause a person has to fix: a server certificate that does not
-// verify, a refused password, a pg_hba.conf rule.
+// postgresConnect says what to check when connecting to PostgreSQL failed:
+// the address (none given, or the wrong one, or a server that is down), a
+// server certificate that does not verify, a refused password, a
+// pg_hba.conf rule.
 func postgresConnect(e *replication.ConnectError) string {
 	switch replication.CauseOf(e) {
+	case replication.CauseNetwork:
+		if e.Defaults {
+			return fmt.Sprintf("; no --postgres-url was given (nor %s), so the PG* environment variables and libpq's defaults were used: "+
+				"give --postgres-url (postgres://user@host:5432/database)", envName("postgres-url"))
+		}
+		return fmt.Sprintf("; check --postgres-url (%s), the PG* environment variables, and that the server is running and reachable", envName("postgres-url"))
 	case replication.CauseTLSHostname:
 		return ": the server's TLS certificate is not issued for the host in --postgres-url: connect by a name or IP address " +
 			"that the certificate lists (sslmode=verify-full checks it), or reissue the certificate with that name"

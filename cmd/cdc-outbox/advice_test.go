@@ -56,7 +56,11 @@ func TestAdvice(t *testing.T) {
 				"database (a logical replication connection matches the database name), over TLS with scram-sha-256 (hostssl), " +
 				"and connect with sslmode=verify-full"},
 		{"postgres no role", pgConnect(&pgconn.PgError{Code: "28000", Message: `role "u" does not exist`}), ""},
-		{"postgres refused", pgConnect(errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")), ""},
+		{"postgres refused", pgConnect(errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")),
+			"; check --postgres-url (CDC_OUTBOX_POSTGRES_URL), the PG* environment variables, and that the server is running and reachable"},
+		{"postgres no url", &replication.ConnectError{Defaults: true, Err: errors.New("dial unix /var/run/postgresql/.s.PGSQL.5432: connect: no such file or directory")},
+			"; no --postgres-url was given (nor CDC_OUTBOX_POSTGRES_URL), so the PG* environment variables and libpq's defaults were used: " +
+				"give --postgres-url (postgres://user@host:5432/database)"},
 
 		// Conditions of streaming (replication.Error).
 		{"no table", &replication.Error{Err: replication.ErrNoTable},

@@ -296,6 +296,35 @@ func TestComposePostgres(t *testing.T) {
 	}
 }
 
+// TestComposeKeepsKafkaWithPostgres: Kafka's topics live in a named
+// volume, as PostgreSQL's data does: `docker compose down` and `up` keep
+// both, so the slot's position never runs ahead of topics that were lost
+// (events confirmed to PostgreSQL but gone from Kafka are never resent).
+func TestComposeKeepsKafkaWithPostgres(t *testing.T) {
+	c, _ := readCompose(t)
+	for _, tc := range []struct{ service, dataDir string }{
+		{"postgres", "/var/lib/postgresql/data"},
+		{"kafka", c.service(t, "kafka").env()["KAFKA_LOG_DIRS"]},
+	} {
+		if tc.dataDir == "" {
+			t.Errorf("%s: KAFKA_LOG_DIRS is not set: the topics are in the container's /tmp, lost by docker compose down", tc.service)
+			continue
+		}
+		var volume string
+		for _, m := range c.service(t, tc.service).mounts() {
+			if _, named := c.Volumes[m.source]; named && m.target == tc.dataDir {
+				volume = m.source
+			}
+		}
+		if volume == "" {
+			t.Errorf("%s keeps its data in %s, which is no named volume: %v", tc.service, tc.dataDir, c.service(t, tc.service).mounts())
+		}
+	}
+	if c.service(t, "kafka").env()["CLUSTER_ID"] == "" {
+		t.Error("kafka has no fixed CLUSTER_ID, so a new container may not take the volume's data for its own")
+	}
+}
+
 // TestComposeMountsExist: every file or folder of the repository a service
 // mounts is there.
 func TestComposeMountsExist(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
@@ -190,14 +191,14 @@ func (c *runConfig) validate() error {
 	check := p.check
 	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
 	c.validateOutput(&p)
-	check(c.CPUs >= 0, "--cpus must be 0 (Go's default) or positive")
-	check(c.MaxInflightBytes > 0, "--max-inflight-bytes must be positive")
-	check(c.StatusInterval > 0, "--status-interval must be positive")
-	check(c.KeepaliveInterval >= c.StatusInterval, "--keepalive-interval must be at least --status-interval")
+	check(c.CPUs >= 0, "--cpus %d: must be 0 (Go's default) or positive", c.CPUs)
+	check(c.MaxInflightBytes > 0, "--max-inflight-bytes %d: must be positive", c.MaxInflightBytes)
+	check(c.StatusInterval > 0, "--status-interval %s: must be positive", c.StatusInterval)
+	check(c.KeepaliveInterval >= c.StatusInterval, "--keepalive-interval %s: must be at least --status-interval (%s)", c.KeepaliveInterval, c.StatusInterval)
 	check(c.ReceiveTimeout == 0 || c.ReceiveTimeout >= max(time.Second, 4*c.StatusInterval),
-		"--receive-timeout must be 0 (off) or at least 1s and 4 × --status-interval")
-	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
-	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval must be at least 1s")
+		"--receive-timeout %s: must be 0 (off) or at least 1s and 4 × --status-interval (%s)", c.ReceiveTimeout, c.StatusInterval)
+	check(c.ShutdownTimeout >= 0, "--shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
+	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval %s: must be at least 1s", c.SlotPollInterval)
 	return errors.Join(p...)
 }
 
@@ -209,13 +210,14 @@ func (c *runConfig) validateOutput(p *problems) {
 	check(validSource(c.Source), "--source %q: give 1 to 255 bytes of printable UTF-8, or leave it empty for the default", c.Source)
 	check(c.OnBadEvent == pipeline.Fail || c.OnBadEvent == pipeline.DeadLetter, "--on-bad-event %q: use fail or dead-letter", c.OnBadEvent)
 	check(c.OnBadEvent != pipeline.DeadLetter || c.DeadLetterTopic != "", "--on-bad-event=dead-letter needs --dead-letter-topic")
-	check(c.MaxInflightEvents > 0, "--max-inflight-events must be positive")
-	check(c.MaxRecordBytes >= 1024, "--max-record-bytes must be at least 1024")
-	check(c.KafkaLinger >= 0, "--kafka-linger must not be negative")
+	check(c.MaxInflightEvents > 0, "--max-inflight-events %d: must be positive", c.MaxInflightEvents)
+	check(c.MaxRecordBytes >= 1024, "--max-record-bytes %d: must be at least 1024", c.MaxRecordBytes)
+	check(c.KafkaLinger >= 0, "--kafka-linger %s: must not be negative", c.KafkaLinger)
+	check(sink.KnownCompression(c.KafkaCompression), "--kafka-compression %q: use none, gzip, snappy, lz4 or zstd", c.KafkaCompression)
 	c.validateKafkaSecurity(p)
 	check(c.LogFormat == "text" || c.LogFormat == "json", "--log-format %q: use text or json", c.LogFormat)
 	_, err := parseLevel(c.LogLevel)
-	check(err == nil, "--log-level: %v", err)
+	check(err == nil, "--log-level %q: %v", c.LogLevel, err)
 	if _, err := mapping.New(c.Mapping); err != nil {
 		*p = append(*p, err)
 	}

@@ -87,25 +87,17 @@ func (c *republishConfig) validate() error {
 	until, err := parseTime(c.Until)
 	check(err == nil, "--until %q: %v", c.Until, err)
 	check(since.IsZero() || until.IsZero() || since.Before(until), "--since must be before --until")
-	check(c.BatchSize > 0, "--batch-size must be positive")
-	check(c.ProgressInterval >= 0, "--progress-interval must not be negative")
-	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
+	check(c.BatchSize > 0, "--batch-size %d: must be positive", c.BatchSize)
+	check(c.ProgressInterval >= 0, "--progress-interval %s: must not be negative", c.ProgressInterval)
+	check(c.ShutdownTimeout >= 0, "--shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
 	return errors.Join(p...)
 }
 
 func republishCommand(args []string, stdout, stderr io.Writer) int {
 	var c republishConfig
 	f := republishFlags(&c)
-	if err := f.parse(args, stdout); err != nil {
-		if errors.Is(err, errHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "cdc-outbox republish: %v\n", err)
-		return 2
-	}
-	if err := c.validate(); err != nil {
-		fmt.Fprintf(stderr, "cdc-outbox republish: invalid configuration:\n%v\n", err)
-		return 2
+	if code, ok := f.load(args, c.validate, stdout, stderr); !ok {
+		return code
 	}
 	kafkaOpts, err := c.kafkaSecurityOpts()
 	if err != nil {

@@ -17,7 +17,7 @@ func TestRepublishValidation(t *testing.T) {
 		{[]string{"--until-id", "1.5"}, `--until-id "1.5": give an integer id`},
 		{[]string{"--since", "yesterday"}, `--since "yesterday": use RFC 3339`},
 		{[]string{"--since", "2026-02-01T00:00:00Z", "--until", "2026-01-01 00:00:00+00"}, "--since must be before --until"},
-		{[]string{"--batch-size", "0"}, "--batch-size must be positive"},
+		{[]string{"--batch-size", "0"}, "--batch-size 0: must be positive"},
 		{[]string{"--on-bad-event", "skip"}, `--on-bad-event "skip"`},
 	} {
 		var out, errOut bytes.Buffer

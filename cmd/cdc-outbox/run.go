@@ -28,16 +28,8 @@ import (
 func runCommand(args []string, stdout, stderr io.Writer) int {
 	var c runConfig
 	f := runFlags(&c)
-	if err := f.parse(args, stdout); err != nil {
-		if errors.Is(err, errHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "cdc-outbox run: %v\n", err)
-		return 2
-	}
-	if err := c.validate(); err != nil {
-		fmt.Fprintf(stderr, "cdc-outbox run: invalid configuration:\n%v\n", err)
-		return 2
+	if code, ok := f.load(args, c.validate, stdout, stderr); !ok {
+		return code
 	}
 	kafkaOpts, err := c.kafkaSecurityOpts()
 	if err != nil {

@@ -31,7 +31,9 @@ func statusFlags(c *statusConfig) *flags {
 	f := newFlags("cdc-outbox status", "Show the health of cdc-outbox's replication slot: its position, the WAL it holds,\n"+
 		"its publication and the outbox table. Read-only, on a normal (not a replication) connection.\n"+
 		"Exit code: 0 healthy (an inactive slot is healthy, with a warning), 1 the slot is missing\n"+
-		"or its wal_status is lost, 2 PostgreSQL cannot be reached or read, or a flag is wrong.")
+		"or its wal_status is lost, or run cannot stream from this server as this role (wal_level,\n"+
+		"REPLICATION, an UNLOGGED table: checked first, as run does), 2 PostgreSQL cannot be reached\n"+
+		"or read, or a flag is wrong.")
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
@@ -44,13 +46,14 @@ func statusFlags(c *statusConfig) *flags {
 func (c *statusConfig) validate() error {
 	var p problems
 	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
-	p.check(c.Timeout > 0, "--timeout must be positive")
+	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
 	return errors.Join(p...)
 }
 
 // Verdicts, as the JSON key verdict gives them.
 const (
 	verdictHealthy       = "healthy"
+	verdictUnmet         = "prerequisite_unmet"
 	verdictInactive      = "slot_inactive"
 	verdictMissing       = "slot_missing"
 	verdictLost          = "wal_lost"
@@ -61,7 +64,9 @@ const (
 // statusReport is what status found. `cdc-outbox status --json` prints it
 // as one JSON object. Its keys are stable, and every key is always present:
 //
-//	verdict              healthy, slot_inactive, slot_missing, wal_lost,
+//	verdict              healthy, slot_inactive, prerequisite_unmet (the server,
+//	                     the role or the table is not fit for streaming, as
+//	                     cdc-outbox run would say), slot_missing, wal_lost,
 //	                     cannot_connect or cannot_read
 //	exit_code            the process's exit code: 0, 1 or 2
 //	message              the verdict in words, with what to do ("" when healthy)
@@ -152,6 +157,10 @@ type statusReport struct {
 	TableRowsEstimate  int64    `json:"table_rows_estimate"`
 
 	connectedDB string // the database --postgres-url connects to
+	// unmet is why cdc-outbox run cannot stream from this server as this
+	// role, whatever the slot says (wal_level, REPLICATION, an UNLOGGED
+	// table); nil when nothing is.
+	unmet error
 	// publicationProblem is what the publication misses of the table, with
 	// the fix, when TableInPublication is false.
 	publicationProblem string
@@ -160,16 +169,8 @@ type statusReport struct {
 func statusCommand(args []string, stdout, stderr io.Writer) int {
 	var c statusConfig
 	f := statusFlags(&c)
-	if err := f.parse(args, stdout); err != nil {
-		if errors.Is(err, errHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "cdc-outbox status: %v\n", err)
-		return 2
-	}
-	if err := c.validate(); err != nil {
-		fmt.Fprintf(stderr, "cdc-outbox status: invalid configuration:\n%v\n", err)
-		return 2
+	if code, ok := f.load(args, c.validate, stdout, stderr); !ok {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
@@ -215,9 +216,7 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	var connect *replication.ConnectError
 	switch {
 	case errors.As(err, &connect):
-		// The advice first: pgx's error may run over several lines.
-		r.fail(verdictCannotConnect, fmt.Sprintf("cannot connect to PostgreSQL: check --postgres-url (env %s), "+
-			"the PG* environment variables, and that the server is running and reachable: %v", envName("postgres-url"), say(err)), err)
+		r.fail(verdictCannotConnect, say(connect), err)
 		return r
 	case err != nil:
 		r.fail(verdictCannotRead, fmt.Sprintf("cannot read the status: check that the role may read "+
@@ -236,6 +235,7 @@ func (r *statusReport) fail(verdict, message string, err error) {
 // fill puts what the server said into the report.
 func (r *statusReport) fill(in replication.Inspection) {
 	r.connectedDB = in.Database
+	r.unmet = in.Unmet
 	if in.SlotExists {
 		info := in.Slot
 		r.SlotExists = true
@@ -271,10 +271,12 @@ func (r *statusReport) fill(in replication.Inspection) {
 }
 
 // judge sets the verdict, exit code, message and warnings from what read
-// found. The verdict is about the slot: missing, then lost, then inactive.
-// Other problems (publication, table, plugin) are warnings: they do not
-// change the exit code.
+// found. The verdict is about streaming: first what run would stop on
+// before it looks at the slot (wal_level, REPLICATION, an UNLOGGED table),
+// then the slot: missing, lost, inactive. Other problems (publication,
+// table, plugin) are warnings: they do not change the exit code.
 func (r *statusReport) judge() {
+	defer r.judgeUnmet()
 	pub := pgname.Quote(r.Publication)
 	qualified := outboxTable(r.Table).Quoted()
 	warn := func(format string, args ...any) { r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...)) }
@@ -335,6 +337,20 @@ func (r *statusReport) judge() {
 	default:
 		r.Verdict, r.ExitCode, r.Message = verdictHealthy, 0, ""
 	}
+}
+
+// judgeUnmet puts first the condition run would stop on before it looks
+// at the slot: the slot's own verdict is then a consequence (missing: run
+// could not create it) or a second problem (a warning).
+func (r *statusReport) judgeUnmet() {
+	if r.unmet == nil {
+		return
+	}
+	if r.Verdict != verdictMissing && r.Verdict != verdictHealthy && r.Message != "" {
+		r.Warnings = append(r.Warnings, r.Message)
+	}
+	r.Verdict, r.ExitCode = verdictUnmet, 1
+	r.Message = "cdc-outbox run cannot stream from this server as this role: " + say(r.unmet)
 }
 
 // judgeFailover warns about what would lose the slot in a failover, on

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -322,5 +323,70 @@ func TestHumanBytes(t *testing.T) {
 		if got := humanBytes(tc.in); got != tc.want {
 			t.Errorf("humanBytes(%d) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestStatusPrerequisites: status reports first what run would stop on
+// before it looks at the slot (wal_level, a role without REPLICATION), in
+// run's words, not a missing slot that run would create.
+func TestStatusPrerequisites(t *testing.T) {
+	t.Parallel()
+	sql, err := os.ReadFile("../../sql/publication.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("wal_level replica", func(t *testing.T) {
+		t.Parallel()
+		c := testenv.Cluster(t, testenv.ClusterOptions{Config: []string{"wal_level = replica", "max_wal_senders = 10"}})
+		testenv.Exec(t, c.URL, string(sql))
+		checkUnmet(t, c.URL, `wal_level is "replica", logical decoding needs logical: run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL`)
+	})
+
+	t.Run("role without REPLICATION", func(t *testing.T) {
+		t.Parallel()
+		url := statusDatabaseNoSlot(t, string(sql))
+		role := testenv.Name("role")
+		testenv.Exec(t, url, "CREATE ROLE "+role+" LOGIN NOREPLICATION")
+		t.Cleanup(func() { testenv.Exec(t, url, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+		cfg, err := pgconn.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roleURL := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", role, cfg.Host, cfg.Port, cfg.Database)
+		checkUnmet(t, roleURL, fmt.Sprintf(`role %q lacks the REPLICATION attribute: run ALTER ROLE "%s" WITH REPLICATION`, role, role))
+	})
+}
+
+// statusDatabaseNoSlot is a database of the test's own with the default
+// outbox table and publication, and no slot.
+func statusDatabaseNoSlot(t *testing.T, sql string) string {
+	url := testenv.Database(t)
+	testenv.Exec(t, url, sql)
+	return url
+}
+
+// checkUnmet runs status and run against url, where no slot exists, and
+// wants both to give cause first.
+func checkUnmet(t *testing.T, url, cause string) {
+	t.Helper()
+	code, out, errOut := status(t, "--postgres-url", url)
+	t.Logf("status:\n%s", out)
+	if code != 1 || !strings.Contains(squash(out), "verdict: prerequisite unmet") || !strings.Contains(squash(out), "error: cdc-outbox run cannot stream from this server as this role: "+cause) {
+		t.Errorf("status: exit %d, want 1 and %q first\nstdout:\n%s\nstderr:\n%s", code, cause, out, errOut)
+	}
+	if strings.Contains(out, "start cdc-outbox run (it creates the slot)") {
+		t.Errorf("status advises starting run, which would fail:\n%s", out)
+	}
+	code, out, _ = status(t, "--postgres-url", url, "--json")
+	var r statusReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 1 || r.Verdict != verdictUnmet || !strings.Contains(r.Message, cause) {
+		t.Errorf("--json: exit %d, %v\n%s", code, err, out)
+	}
+
+	var runOut, runErr bytes.Buffer
+	code = cli([]string{"run", "--postgres-url", url, "--http-addr", "", "--kafka-brokers", "127.0.0.1:1"}, &runOut, &runErr)
+	if code != 1 || !strings.Contains(runErr.String(), strings.ReplaceAll(cause, `"`, `\"`)) {
+		t.Errorf("run: exit %d, want 1 and %q\n%s", code, cause, runErr.String())
 	}
 }

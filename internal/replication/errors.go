@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
@@ -323,19 +325,122 @@ func walLostError(slot string, confirmed pglogrepl.LSN, reason string, cause err
 
 // ConnectError is a failure to connect to PostgreSQL. CauseOf says why:
 // a certificate that did not verify, a refused password, a pg_hba.conf
-// rule, or the network. Its text is pgconn's, which names the user and the
-// database, never the password.
-type ConnectError struct{ Err error }
+// rule, or the network. Its text is one line: the addresses tried, the
+// user and database, and each distinct cause once; never the password.
+type ConnectError struct {
+	Err error
+	// Defaults is true when the connection string was empty: every
+	// setting came from the PG* environment variables or libpq's
+	// defaults (a Unix socket, the operating system's user name).
+	Defaults bool
+}
 
-func (e *ConnectError) Error() string { return e.Err.Error() }
+// NewConnectError is err, a failure to connect to url, as a *ConnectError.
+func NewConnectError(url string, err error) *ConnectError {
+	return &ConnectError{Err: err, Defaults: strings.TrimSpace(url) == ""}
+}
+
+func (e *ConnectError) Error() string {
+	var ce *pgconn.ConnectError
+	if !errors.As(e.Err, &ce) || ce.Config == nil {
+		return "cannot connect to PostgreSQL: " + oneLine(e.Err.Error())
+	}
+	who := ""
+	if ce.Config.User != "" {
+		who = " as user " + ce.Config.User
+	}
+	if ce.Config.Database != "" {
+		who += " to database " + ce.Config.Database
+	}
+	return fmt.Sprintf("cannot connect to PostgreSQL at %s%s: %s", strings.Join(addresses(ce.Config), ", "), who, strings.Join(dialCauses(ce), "; "))
+}
+
 func (e *ConnectError) Unwrap() error { return e.Err }
+
+// addresses are the servers a connection tries, each once: host:port, or
+// a Unix socket's path.
+func addresses(cfg *pgconn.Config) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(host string, port uint16) {
+		a := net.JoinHostPort(host, strconv.Itoa(int(port)))
+		if strings.HasPrefix(host, "/") {
+			a = fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
+		}
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	add(cfg.Host, cfg.Port)
+	for _, f := range cfg.Fallbacks {
+		add(f.Host, f.Port)
+	}
+	return out
+}
+
+// dialCauses are the distinct causes of a failed connection, in the order
+// tried: pgconn tries each address, and each twice with sslmode=prefer
+// (TLS, then without), and joins every failure, with the address, into a
+// multi-line text.
+func dialCauses(ce *pgconn.ConnectError) []string {
+	var each []error
+	switch inner := ce.Unwrap().(type) {
+	case interface{ Unwrap() []error }:
+		each = inner.Unwrap()
+	default:
+		each = []error{inner}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, err := range each {
+		if c := dialCause(err); !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// dialCause is the heart of one attempt's failure: what the name service,
+// the operating system or the server said, without the address (which
+// addresses lists).
+func dialCause(err error) string {
+	var (
+		dns   *net.DNSError
+		pgErr *pgconn.PgError
+		errno syscall.Errno
+		nerr  net.Error
+	)
+	switch {
+	case errors.As(err, &dns):
+		if dns.IsNotFound {
+			return fmt.Sprintf("host %s not found", dns.Name)
+		}
+		return fmt.Sprintf("lookup %s: %s", dns.Name, dns.Err)
+	case errors.As(err, &pgErr):
+		return oneLine(pgErr.Error())
+	case errors.As(err, &errno):
+		return errno.Error()
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
+		return "timed out"
+	}
+	// pgconn's per-address error is "address (host): cause".
+	if inner := errors.Unwrap(err); inner != nil && strings.HasSuffix(err.Error(), ": "+inner.Error()) {
+		return oneLine(inner.Error())
+	}
+	return oneLine(err.Error())
+}
+
+// oneLine joins a text's lines and runs of blanks into one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // connect opens a normal (not a replication) connection to url's primary
 // (ConnectPrimary).
 func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	conn, err := ConnectPrimary(ctx, url)
 	if err != nil {
-		return nil, &ConnectError{Err: err}
+		return nil, NewConnectError(url, err)
 	}
 	return conn, nil
 }

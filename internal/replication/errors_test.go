@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -177,5 +178,60 @@ func TestPublicationSkippedStops(t *testing.T) {
 		if err := s.notice(other); err != nil {
 			t.Errorf("notice %q stopped the stream: %v", other.Message, err)
 		}
+	}
+}
+
+// TestConnectErrorOneLine: a failed connection is told in one line, with
+// every address tried, the user and database, and each cause once (pgconn
+// tries each address twice under sslmode=prefer and joins the failures,
+// with the address, over several lines).
+func TestConnectErrorOneLine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	notFound := func(_ context.Context, host string) ([]string, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	for _, tc := range []struct {
+		url    string
+		lookup pgconn.LookupFunc
+		want   string
+	}{
+		{"postgres://u@" + closed + "/d?connect_timeout=5", nil,
+			"cannot connect to PostgreSQL at " + closed + " as user u to database d: connection refused"},
+		{"postgres://u@nosuchhost.invalid:5432/d", notFound,
+			"cannot connect to PostgreSQL at nosuchhost.invalid:5432 as user u to database d: host nosuchhost.invalid not found"},
+		{"postgres://u@nosuchhost.invalid:5432," + closed + "/d?connect_timeout=5", func(ctx context.Context, host string) ([]string, error) {
+			if host == "nosuchhost.invalid" {
+				return notFound(ctx, host)
+			}
+			return []string{host}, nil
+		}, "cannot connect to PostgreSQL at nosuchhost.invalid:5432, " + closed + " as user u to database d: host nosuchhost.invalid not found; connection refused"},
+		{"host=" + t.TempDir() + " user=u dbname=d", nil, "/.s.PGSQL.5432 as user u to database d: no such file or directory"},
+	} {
+		cfg, err := pgconn.ParseConfig(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.lookup != nil {
+			cfg.LookupFunc = tc.lookup
+		}
+		_, err = pgconn.ConnectConfig(context.Background(), cfg)
+		if err == nil {
+			t.Fatalf("%s: connected", tc.url)
+		}
+		got := NewConnectError(tc.url, err)
+		if msg := got.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s:\n got %q\nwant %q", tc.url, msg, tc.want)
+		}
+		if got.Defaults || CauseOf(got) != CauseNetwork {
+			t.Errorf("%s: defaults %v, cause %v", tc.url, got.Defaults, CauseOf(got))
+		}
+	}
+	if !NewConnectError(" ", errors.New("x")).Defaults {
+		t.Error("an empty connection string is not reported as the defaults")
 	}
 }

@@ -32,6 +32,12 @@ type Inspection struct {
 	InRecovery    bool
 	PhysicalSlots bool
 
+	// Unmet is the first condition of streaming that the server, the role
+	// or the table does not meet (wal_level, REPLICATION, an UNLOGGED
+	// table), as Prepare reports it; nil when they are met. Streaming
+	// cannot begin until it is fixed, whatever the slot says.
+	Unmet error
+
 	SlotExists bool
 	Slot       SlotInfo // zero unless SlotExists
 
@@ -64,7 +70,7 @@ func Inspect(ctx context.Context, url string, names Names) (Inspection, error) {
 	in := Inspection{Names: names, RowsEstimate: -1}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return in, &ConnectError{Err: err}
+		return in, NewConnectError(url, err)
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -72,6 +78,9 @@ func Inspect(ctx context.Context, url string, names Names) (Inspection, error) {
 		_ = conn.Close(closeCtx)
 	}()
 
+	if in.Unmet, err = checkServer(ctx, conn); err != nil {
+		return in, err
+	}
 	in.Slot, err = ReadSlot(ctx, conn, names.Slot)
 	switch {
 	case errors.Is(err, ErrSlotMissing):
@@ -99,6 +108,9 @@ func Inspect(ctx context.Context, url string, names Names) (Inspection, error) {
 		return in, err
 	}
 	in.TableExists, in.Table = true, t
+	if t.Unlogged && in.Unmet == nil {
+		in.Unmet = unloggedError(t)
+	}
 	if in.RowsEstimate, err = rowsEstimate(ctx, conn, t); err != nil {
 		return in, err
 	}

@@ -49,8 +49,9 @@ type Monitor struct {
 	published atomic.Bool
 
 	// Run's goroutine's alone:
-	conn      *pgx.Conn
-	walStatus string // as last read
+	conn       *pgx.Conn
+	walStatus  string // as last read
+	seenActive bool   // the slot has read active at least once
 }
 
 // NewMonitor returns a monitor; Run starts it.
@@ -65,15 +66,24 @@ func NewMonitor(cfg MonitorConfig, obs SlotObserver, log *slog.Logger) *Monitor 
 func (m *Monitor) Published() bool { return m.published.Load() }
 
 // Run reads every interval until ctx ends. It never fails: a read that
-// fails is logged and tried again at the next interval.
+// fails is logged and tried again at the next interval. The first read
+// comes while the stream is still connecting, when the slot reads
+// inactive; until it reads active, and for one interval at most, Run reads
+// every second, so that the slot's metrics do not say "inactive" for a
+// whole interval after a start while events stream.
 func (m *Monitor) Run(ctx context.Context) {
 	defer m.close()
+	started := time.Now()
 	for {
 		m.check(ctx)
+		wait := m.cfg.Interval
+		if !m.seenActive && time.Since(started) < m.cfg.Interval {
+			wait = min(wait, time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(m.cfg.Interval):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -112,6 +122,7 @@ func (m *Monitor) read(ctx context.Context) error {
 		info.WALStatus = "lost"
 	}
 	m.obs.Slot(info.Active, info.RetainedBytes, info.WALStatus)
+	m.seenActive = m.seenActive || info.Active
 	m.obs.SlotFailover(info.Failover, info.StandbysStreaming)
 	logWALStatus(m.log, m.walStatus, info)
 	m.walStatus = info.WALStatus

@@ -2,9 +2,16 @@ package replication
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
@@ -94,5 +101,74 @@ func TestMonitor(t *testing.T) {
 	if obs.calls != 3 || obs.active || obs.retained != 0 || obs.walStatus != "" ||
 		!strings.Contains(logs.String(), "could not read the replication slot's state") {
 		t.Fatalf("a missing slot: observed %+v; log:\n%s", obs, logs.String())
+	}
+}
+
+// activeState is what a SlotObserver was told last of the slot's activity,
+// read while Run's goroutine writes it.
+type activeState struct {
+	calls  atomic.Int64
+	active atomic.Bool
+}
+
+func (s *activeState) Slot(active bool, _ int64, _ string) { s.active.Store(active); s.calls.Add(1) }
+func (s *activeState) SlotFailover(bool, bool)             {}
+
+// TestMonitorSeesStreamingSoon: the monitor's first read comes while the
+// stream is still connecting and finds the slot inactive; it reads again
+// every second until the slot is active, rather than a whole interval
+// later, so metrics do not say "inactive" for the first interval after a
+// start while events stream.
+func TestMonitorSeesStreamingSoon(t *testing.T) {
+	t.Parallel()
+	url := testenv.Database(t)
+	slot := testenv.Name("slot")
+	testenv.Exec(t, url, `CREATE TABLE outbox (`+outboxColumns+`); CREATE PUBLICATION p FOR TABLE outbox WITH (publish = 'insert')`)
+	testenv.Exec(t, url, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	t.Cleanup(func() { testenv.TerminateAndDropSlot(t, url, slot) })
+	table := pgname.Name{Schema: "public", Relation: "outbox"}
+	tab, err := FindTable(testenv.Context(t), testenv.Connect(t, url), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var obs activeState
+	m := NewMonitor(MonitorConfig{URL: url, Slot: slot, Publication: "p", Table: table, Outbox: tab.Relation, Interval: time.Minute},
+		&obs, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(testenv.Context(t))
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(30 * time.Second)
+	for obs.calls.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the monitor did not read the slot within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if obs.active.Load() {
+		t.Fatal("the slot read active before anything streamed from it")
+	}
+
+	cfg, err := ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(testenv.Context(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := pglogrepl.StartReplication(testenv.Context(t), conn, slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names 'p'"}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second) // the interval is a minute
+	for !obs.active.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot was streamed from, but the monitor still says inactive after 10s (%d reads)", obs.calls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -70,27 +70,12 @@ const (
 func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepared, error) {
 	conn, err := connect(ctx, url)
 	if err != nil {
-		return Prepared{}, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return Prepared{}, err // a *ConnectError, which says "cannot connect to PostgreSQL"
 	}
 	defer conn.Close(context.Background())
 
-	var walLevel string
-	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
-		return Prepared{}, fmt.Errorf("read wal_level: %w", err)
-	}
-	if walLevel != "logical" {
-		return Prepared{}, fmt.Errorf("wal_level is %q, logical decoding needs logical: run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL", walLevel)
-	}
-
-	var user string
-	var canReplicate bool
-	err = conn.QueryRow(ctx, `SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).
-		Scan(&user, &canReplicate)
-	if err != nil {
-		return Prepared{}, fmt.Errorf("read role attributes: %w", err)
-	}
-	if !canReplicate {
-		return Prepared{}, fmt.Errorf("role %q lacks the REPLICATION attribute: run ALTER ROLE %s WITH REPLICATION", user, pgx.Identifier{user}.Sanitize())
+	if unmet, err := checkServer(ctx, conn); err != nil || unmet != nil {
+		return Prepared{}, errors.Join(unmet, err)
 	}
 
 	t, err := FindTable(ctx, conn, s.Table)
@@ -101,14 +86,46 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 		return Prepared{}, err
 	}
 	if t.Unlogged {
-		return Prepared{}, fmt.Errorf("table %s is UNLOGGED: its rows are not written to the WAL, so they cannot be streamed; run ALTER TABLE %s SET LOGGED",
-			t.Name, t.Name.Quoted())
+		return Prepared{}, unloggedError(t)
 	}
 
 	if err := preparePublication(ctx, conn, s, t, log); err != nil {
 		return Prepared{}, err
 	}
 	return prepareSlot(ctx, conn, url, s, log)
+}
+
+// checkServer checks what streaming needs of the server and of the role,
+// which no flag can change: wal_level = logical, and a role with
+// REPLICATION. unmet is the first condition not met; err, a failure to read
+// them. Prepare and Inspect both ask it, so that status reports the cause
+// that run would stop on.
+func checkServer(ctx context.Context, conn *pgx.Conn) (unmet, err error) {
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return nil, fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("wal_level is %q, logical decoding needs logical: run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL", walLevel), nil
+	}
+
+	var user string
+	var canReplicate bool
+	err = conn.QueryRow(ctx, `SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).
+		Scan(&user, &canReplicate)
+	if err != nil {
+		return nil, fmt.Errorf("read role attributes: %w", err)
+	}
+	if !canReplicate {
+		return fmt.Errorf("role %q lacks the REPLICATION attribute: run ALTER ROLE %s WITH REPLICATION", user, pgx.Identifier{user}.Sanitize()), nil
+	}
+	return nil, nil
+}
+
+// unloggedError is the outbox table t, UNLOGGED, which cannot be streamed.
+func unloggedError(t Table) error {
+	return fmt.Errorf("table %s is UNLOGGED: its rows are not written to the WAL, so they cannot be streamed; run ALTER TABLE %s SET LOGGED",
+		t.Name, t.Name.Quoted())
 }
 
 // createPublication is the statement that creates the publication
@@ -235,7 +252,7 @@ func failoverSlot(ctx context.Context, url, slot string, log *slog.Logger) {
 		cfg.RuntimeParams["replication"] = "database"
 		conn, err := pgconn.ConnectConfig(ctx, cfg)
 		if err != nil {
-			return &ConnectError{Err: err}
+			return NewConnectError(url, err)
 		}
 		defer conn.Close(context.Background())
 		// Slot names are [a-z0-9_] (checked with the configuration): no

@@ -208,7 +208,7 @@ func (s *Stream) session(ctx context.Context) error {
 	}
 	conn, err := pgconn.ConnectConfig(setupCtx, cfg)
 	if err != nil {
-		return &ConnectError{Err: err}
+		return NewConnectError(s.cfg.URL, err)
 	}
 	defer conn.Close(context.Background())
 	if err := s.follow(setupCtx, conn); err != nil {

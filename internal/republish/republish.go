@@ -225,7 +225,7 @@ func (r *Republisher) read(ctx context.Context) error {
 	cfg.RuntimeParams["application_name"] = "cdc-outbox republish"
 	conn, err := connectPrimary(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %w", &replication.ConnectError{Err: err})
+		return replication.NewConnectError(r.cfg.URL, err)
 	}
 	defer conn.Close(context.Background())
 

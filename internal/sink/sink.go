@@ -47,7 +47,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+		kgo.WithLogger(quietLogger{kslog.New(log.With("component", "kafka"))}),
 		// Idempotent writes (franz-go's default) need acks=all; say both so a
 		// reader does not have to know the defaults.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -77,6 +77,13 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	return &Sink{cl: cl}, nil
+}
+
+// KnownCompression reports whether name is a Config.Compression New
+// accepts, so that a command can check it before connecting anywhere.
+func KnownCompression(name string) bool {
+	_, err := codec(name)
+	return err == nil
 }
 
 func codec(name string) (kgo.CompressionCodec, error) {

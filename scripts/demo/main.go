@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,12 +86,17 @@ func lag(url string) error {
 		line := sc.Text()
 		for _, w := range want {
 			if strings.HasPrefix(line, w+" ") || strings.HasPrefix(line, w+"{") {
-				// An LSN reads better the way PostgreSQL prints it.
-				var v float64
-				if w == "cdc_outbox_confirmed_lsn" {
-					if _, err := fmt.Sscanf(line[len(w)+1:], "%g", &v); err == nil {
-						line = fmt.Sprintf("%s %X/%X", w, uint64(v)>>32, uint64(v)&0xffffffff)
-					}
+				// An LSN reads better the way PostgreSQL prints it, and a
+				// byte count in bytes and binary units than as the
+				// exposition format's float (8.47691872e+08).
+				fields := strings.Fields(line)
+				v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+				switch {
+				case err != nil:
+				case w == "cdc_outbox_confirmed_lsn":
+					line = fmt.Sprintf("%s %X/%X", w, uint64(v)>>32, uint64(v)&0xffffffff)
+				case strings.HasSuffix(w, "_bytes"):
+					line = fmt.Sprintf("%s %d (%s)", strings.Join(fields[:len(fields)-1], " "), int64(v), humanBytes(int64(v)))
 				}
 				lines = append(lines, "  "+line)
 			}
@@ -99,4 +105,18 @@ func lag(url string) error {
 	sort.Strings(lines)
 	fmt.Printf("\nFrom %s:\n%s\n", url, strings.Join(lines, "\n"))
 	return sc.Err()
+}
+
+// humanBytes is n in binary units with one decimal: 512 B, 1.5 KiB, 808.4 MiB.
+func humanBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, units := float64(n)/1024, []string{"KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
