@@ -47,6 +47,11 @@ type runConfig struct {
 	OnBadEvent      string
 	DeadLetterTopic string
 
+	Delivery            string
+	TransactionalID     string
+	CheckpointTopic     string
+	TransactionInterval time.Duration
+
 	MaxInflightEvents int
 	MaxInflightBytes  int
 	StatusInterval    time.Duration
@@ -80,6 +85,12 @@ func runFlags(c *runConfig) *flags {
 	kafkaFlags(f, c)
 	mappingFlags(f, c)
 
+	f.String(&c.Delivery, "delivery", deliveryAtLeastOnce, "at-least-once (a crash may repeat events in flight; consumers dedupe by event id) or exactly-once "+
+		"(Kafka transactions: each PostgreSQL transaction's records and a checkpoint of its LSN commit together; consumers must read with isolation.level=read_committed)")
+	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<slot>")
+	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "exactly-once: compacted `topic` of the checkpoint records (key: the slot), created when missing")
+	f.Duration(&c.TransactionInterval, "transaction-interval", 100*time.Millisecond, "exactly-once: least time between Kafka transaction commits (sooner when half of --max-inflight-events wait); "+
+		"longer means bigger transactions and more latency")
 	f.Int(&c.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading pauses")
 	f.Int(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "`bytes` sent but not yet acknowledged before reading pauses")
 	f.Duration(&c.StatusInterval, "status-interval", 200*time.Millisecond, "least time between position updates to PostgreSQL; smaller means fewer repeats after a crash")
@@ -198,6 +209,9 @@ func (c *runConfig) validate() error {
 		"--receive-timeout must be 0 (off) or at least 1s and 4 × --status-interval")
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout must not be negative")
 	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval must be at least 1s")
+	check(c.Delivery == deliveryAtLeastOnce || c.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", c.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
+	check(c.TransactionInterval > 0, "--transaction-interval must be positive")
+	check(c.CheckpointTopic != "", "--checkpoint-topic is empty")
 	return errors.Join(p...)
 }
 
@@ -219,6 +233,22 @@ func (c *runConfig) validateOutput(p *problems) {
 	if _, err := mapping.New(c.Mapping); err != nil {
 		*p = append(*p, err)
 	}
+}
+
+// Delivery modes.
+const (
+	deliveryAtLeastOnce = "at-least-once"
+	deliveryExactlyOnce = "exactly-once"
+)
+
+// transactionalID is --transactional-id or its default, from the slot: one
+// slot, one writer, so an instance that takes the slot over fences the one
+// before it.
+func (c *runConfig) transactionalID() string {
+	if c.TransactionalID != "" {
+		return c.TransactionalID
+	}
+	return "cdc-outbox-" + c.Slot
 }
 
 func (c *runConfig) brokers() []string {

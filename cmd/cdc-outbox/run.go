@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -167,7 +168,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	c.Mapping.Source = source
 
 	tracker := checkpoint.New(start)
-	snk, err := sink.New(sink.Config{
+	sinkCfg := sink.Config{
 		Brokers:     c.brokers(),
 		Linger:      c.KafkaLinger,
 		Compression: c.KafkaCompression,
@@ -177,11 +178,32 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxRecordBytes:     c.MaxRecordBytes,
 		AutoCreateTopics:   c.KafkaAutoCreateTopics,
 		Opts:               append([]kgo.Opt{kgo.WithHooks(m.Hooks()...)}, kafkaOpts...),
-	}, log)
-	if err != nil {
-		return err
 	}
-	g.Close(snk.Close)
+	var (
+		snk interface {
+			pipeline.Producer
+			sink.Pinger
+		}
+		txp         *sink.Transactional
+		skipThrough pglogrepl.LSN
+	)
+	if c.Delivery == deliveryExactlyOnce {
+		txp, skipThrough, err = startTransactions(ctx, c, sinkCfg, kafkaOpts, m, log)
+		if txp != nil {
+			g.Close(txp.Close)
+		}
+		if err != nil {
+			return err
+		}
+		snk = txp
+	} else {
+		s, err := sink.New(sinkCfg, log)
+		if err != nil {
+			return err
+		}
+		g.Close(s.Close)
+		snk = s
+	}
 	p, err := pipeline.New(pipeline.Config{
 		Mapping:           c.Mapping,
 		OnBadEvent:        c.OnBadEvent,
@@ -189,10 +211,24 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
+		SkipThrough:       skipThrough,
 		Explain:           explain,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
 		return err
+	}
+	if txp != nil {
+		// The committer stops after the stream, which drains through it.
+		// Its failure (fenced, a refused record) stops the stream, whether
+		// it streams, drains (Fail) or waits for the slot (the group).
+		tctx, stop := context.WithCancel(g.Context())
+		g.Go("Kafka transactions", func() error {
+			err := txp.Run(tctx)
+			if err != nil {
+				p.Fail(err)
+			}
+			return err
+		}, stop)
 	}
 
 	st := replication.New(replication.Config{
@@ -214,7 +250,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		Interval:    c.SlotPollInterval,
 	}, m, log)
 	health := sink.NewHealth(snk, m, explain, log)
-	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health})
+	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health, txp: txp})
 
 	loop(g, "Kafka health check", health.Run)
 	loop(g, "slot monitor", monitor.Run)
@@ -222,7 +258,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
 	}
-	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", outbox.Name.String(), "table_oid", outbox.OID, "source", source, "brokers", c.KafkaBrokers,
+	log.Info("starting", "delivery", c.Delivery, "slot", c.Slot, "start_lsn", start, "table", outbox.Name.String(), "table_oid", outbox.OID, "source", source, "brokers", c.KafkaBrokers,
 		"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())
 	return st.Run(ctx)
 }
@@ -234,6 +270,7 @@ type dataPath struct {
 	pipe    *pipeline.Pipeline
 	monitor *replication.Monitor
 	kafka   *sink.Health
+	txp     *sink.Transactional // nil in at-least-once delivery
 }
 
 // sources reads the data path's state for metrics; every value is zero
@@ -248,12 +285,19 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 		}
 	}
 	return metrics.Sources{
-		Confirmed:          read(func(dp *dataPath) float64 { return float64(dp.ckpt.Confirmed()) }),
-		Received:           read(func(dp *dataPath) float64 { return float64(dp.stream.Received()) }),
-		Transactions:       read(func(dp *dataPath) float64 { return float64(dp.ckpt.Transactions()) }),
-		InFlight:           read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlight()) }),
-		InFlightBytes:      read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlightBytes()) }),
-		PostgresReconnects: read(func(dp *dataPath) float64 { return float64(dp.stream.Reconnects()) }),
+		Confirmed:    read(func(dp *dataPath) float64 { return float64(dp.ckpt.Confirmed()) }),
+		Received:     read(func(dp *dataPath) float64 { return float64(dp.stream.Received()) }),
+		Transactions: read(func(dp *dataPath) float64 { return float64(dp.ckpt.Transactions()) }),
+		InFlight:     read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlight()) }),
+		Checkpoint: read(func(dp *dataPath) float64 {
+			if dp.txp == nil {
+				return 0
+			}
+			return float64(dp.txp.Checkpoint())
+		}),
+		SkippedTransactions: read(func(dp *dataPath) float64 { return float64(dp.pipe.SkippedTransactions()) }),
+		InFlightBytes:       read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlightBytes()) }),
+		PostgresReconnects:  read(func(dp *dataPath) float64 { return float64(dp.stream.Reconnects()) }),
 		PostgresConnected: func() bool {
 			dp := parts.Load()
 			return dp != nil && dp.stream.Connected()
@@ -271,6 +315,51 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			decoder.SkipOtherTable: read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().OtherTable) }),
 		},
 	}
+}
+
+// startTransactions makes the exactly-once producer: it creates the
+// checkpoint topic when missing, registers the transactional id (fencing
+// any instance before this one and aborting what it left open), and reads
+// the last committed checkpoint of the slot: the server resends from the
+// slot's position, and every transaction ended at or before the checkpoint
+// is skipped.
+//
+// cfg is the producer's configuration; the checkpoint topic is created and
+// read by clients of their own, with kafkaOpts (TLS, SASL) but not the
+// producer's metrics hooks.
+func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*sink.Transactional, pglogrepl.LSN, error) {
+	txp, err := sink.NewTransactional(sink.TxConfig{
+		Config:          cfg,
+		TransactionalID: c.transactionalID(),
+		CheckpointTopic: c.CheckpointTopic,
+		CheckpointKey:   c.Slot,
+		Interval:        c.TransactionInterval,
+		CommitRecords:   max(1, c.MaxInflightEvents/2),
+	}, obs, log)
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	admin := sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts}
+	if err := sink.EnsureCheckpointTopic(ctx, admin, c.CheckpointTopic); err != nil {
+		return txp, 0, err
+	}
+	if err := txp.Fence(ctx); err != nil {
+		return txp, 0, err
+	}
+	cp, err := sink.ReadCheckpoint(ctx, admin, c.CheckpointTopic, c.Slot)
+	if err != nil {
+		return txp, 0, err
+	}
+	if cp.Found {
+		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again",
+			"transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN, "written_at", cp.At)
+	} else {
+		log.Info("exactly-once delivery: no checkpoint for the slot in Kafka yet", "transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic)
+	}
+	txp.SetCheckpoint(cp.LSN)
+	return txp, cp.LSN, nil
 }
 
 // loop adds to g a loop that runs until told to stop and never fails.

@@ -46,6 +46,10 @@ type Config struct {
 	// MaxRecordBytes is the largest record the broker accepts
 	// (message.max.bytes); larger rows are bad events before they are sent.
 	MaxRecordBytes int
+	// SkipThrough is, in exactly-once delivery, the position the Kafka
+	// checkpoint holds: every transaction that ended at or before it is in
+	// Kafka already, so one the server sends again is skipped.
+	SkipThrough pglogrepl.LSN
 	// Explain renders an error where the pipeline speaks itself (a
 	// dead-letter record's error header, the log), with what to do: the
 	// command's advice. nil renders err.Error().
@@ -69,6 +73,24 @@ type Catalog interface {
 // record), serially and in order per partition, as franz-go calls promises.
 type Producer interface {
 	Produce(r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// Transactional is a Producer that writes whole PostgreSQL transactions in
+// Kafka transactions (exactly-once delivery): a record's promise says nil
+// once the Kafka transaction holding it committed, with a checkpoint of the
+// last PostgreSQL transaction it holds. sink.Transactional is one. A
+// pipeline whose producer is one tells it where each PostgreSQL
+// transaction ends, drops the records of one the connection lost, and skips
+// a transaction the server sends again that Kafka already holds.
+type Transactional interface {
+	Producer
+	// Boundary: every record produced so far belongs to transactions that
+	// ended at or before end.
+	Boundary(end pglogrepl.LSN)
+	// Discard drops the records produced since the last boundary, which
+	// are in no Kafka transaction yet, and returns them; their promises
+	// are never called.
+	Discard() []*kgo.Record
 }
 
 // Pipeline implements replication.Handler.
@@ -105,6 +127,18 @@ type Pipeline struct {
 	refusedQ  []*pending // refused in a batch, in promise order: to send alone
 	alone     *pending   // sent alone, not yet acknowledged or refused
 	next      *pending   // to produce next from the replication goroutine
+
+	// Exactly-once delivery (txp is not nil). through is the end LSN of the
+	// last transaction handed to txp, or the Kafka checkpoint; skipping is
+	// set while the open transaction is one Kafka holds already; open and
+	// openBytes count the open transaction's records, which wait in txp
+	// until its commit and so do not count against the in-flight limits
+	// (replication goroutine only).
+	txp             Transactional
+	through         pglogrepl.LSN
+	skipping        bool
+	open, openBytes int64
+	skippedTx       atomic.Uint64
 
 	obs Observer
 }
@@ -166,11 +200,18 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 		obs:      obs,
 	}
 	p.promise = p.ack
+	if txp, ok := sink.(Transactional); ok {
+		p.txp, p.through = txp, cfg.SkipThrough
+	}
 	if p.explain = cfg.Explain; p.explain == nil {
 		p.explain = func(err error) string { return err.Error() }
 	}
 	return p, nil
 }
+
+// SkippedTransactions counts, in exactly-once delivery, the transactions
+// the server sent again that Kafka already held.
+func (p *Pipeline) SkippedTransactions() uint64 { return p.skippedTx.Load() }
 
 // Skipped counts the changes that were not published, by reason.
 func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
@@ -207,11 +248,21 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
 		p.obs.Received(p.commitTime)
+		// The commit record starts at FinalLSN and ends at the end LSN a
+		// checkpoint holds: a transaction ended at or before the checkpoint
+		// exactly when its commit record starts before it.
+		p.skipping = p.txp != nil && ev.FinalLSN < p.through
+		if p.skipping {
+			p.skippedTx.Add(1)
+		}
 	case decoder.KindRelation:
 		return p.relation(ev)
 	case decoder.KindInsert, decoder.KindUnmapped:
 		if p.tx == nil {
 			return fmt.Errorf("insert at LSN %s outside a transaction: the stream is out of order", lsn)
+		}
+		if p.skipping {
+			return nil // Kafka has it, or its dead-letter record
 		}
 		if ev.Kind == decoder.KindUnmapped {
 			return p.unmappedInsert(lsn, ev)
@@ -221,6 +272,13 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		if p.tx == nil {
 			return fmt.Errorf("commit at LSN %s without a begin: the stream is out of order", lsn)
 		}
+		if p.txp != nil && !p.skipping {
+			// Before the tracker's Commit: the records are then whole
+			// transactions when the producer's promises come.
+			p.txp.Boundary(ev.EndLSN)
+			p.through = max(p.through, ev.EndLSN)
+		}
+		p.skipping, p.open, p.openBytes = false, 0, 0
 		p.ckpt.Commit(p.tx, ev.EndLSN)
 		p.tx = nil
 	}
@@ -353,6 +411,10 @@ func (p *Pipeline) send(pd *pending) {
 	p.ckpt.Add(pd.tx, 1)
 	p.inflight.Add(1)
 	p.inflightBytes.Add(pd.size)
+	if p.txp != nil {
+		p.open++
+		p.openBytes += pd.size
+	}
 	p.sink.Produce(&pd.rec, p.promise)
 }
 
@@ -405,6 +467,10 @@ func (p *Pipeline) wake() {
 	}
 }
 
+// Fail stops the stream with err, as a failure of the producer does: the
+// exactly-once producer's failures come this way, not through promises.
+func (p *Pipeline) Fail(err error) { p.fail(err) }
+
 func (p *Pipeline) fail(err error) {
 	select {
 	case p.failed <- err:
@@ -430,7 +496,10 @@ func (p *Pipeline) Full() bool {
 	if p.isolating.Load() {
 		return p.isolate()
 	}
-	return p.inflight.Load() >= int64(p.cfg.MaxInflightEvents) || p.inflightBytes.Load() >= p.cfg.MaxInflightBytes
+	// The open transaction's records wait for its commit before any Kafka
+	// transaction takes them (exactly-once): counting them could pause
+	// reading before the commit that lets them go.
+	return p.inflight.Load()-p.open >= int64(p.cfg.MaxInflightEvents) || p.inflightBytes.Load()-p.openBytes >= p.cfg.MaxInflightBytes
 }
 
 // Room receives after acknowledgements.
@@ -449,6 +518,16 @@ func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() }
 // Records of it already produced stay in Kafka (at-least-once), and their
 // acknowledgements are ignored by the checkpoint.
 func (p *Pipeline) Lost() {
+	if p.txp != nil {
+		// Exactly-once: the open transaction's records are in no Kafka
+		// transaction yet; dropped, they are not repeated.
+		for _, r := range p.txp.Discard() {
+			pd := r.Context.(*pending)
+			p.inflight.Add(-1)
+			p.inflightBytes.Add(-pd.size)
+		}
+		p.skipping, p.open, p.openBytes = false, 0, 0
+	}
 	if p.tx != nil {
 		p.ckpt.Discard(p.tx)
 		p.tx = nil

@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// exactlyOnce are the flags of exactly-once delivery.
+var exactlyOnce = []string{"--delivery", "exactly-once"}
+
+// eo is start with exactly-once delivery and extra flags.
+func (e *env) eo(extra ...string) *streamer {
+	e.t.Helper()
+	return e.start(append(exactlyOnce[:len(exactlyOnce):len(exactlyOnce)], extra...)...)
+}
+
+// checkExactlyOnce is the read_committed verifier: every written event
+// arrives (in per-aggregate order), and reading every committed record of
+// the topics to their last stable offset finds each event id exactly once
+// and nothing else.
+func (wl *workload) checkExactlyOnce(types []string, what string) {
+	t := wl.e.t
+	t.Helper()
+	v, _ := wl.verify(types, 3*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	var topics []string
+	for _, typ := range types {
+		topics = append(topics, wl.e.topic(typ))
+	}
+	counts := committedRecords(t, topics...)
+	extra, dups := 0, 0
+	wl.mu.Lock()
+	want := map[string]bool{}
+	for _, ev := range wl.events {
+		want[ev.id] = true
+	}
+	wl.mu.Unlock()
+	for id, n := range counts {
+		if !want[id] {
+			extra += n
+		} else if n > 1 {
+			dups += n - 1
+		}
+	}
+	t.Logf("read_committed verifier %s: %s; committed records read to the last stable offset: %d duplicates, %d not written", what, v, dups, extra)
+	if v.missing != 0 || v.orderViolations != 0 || dups != 0 || extra != 0 {
+		t.Fatalf("exactly-once broken: %s, %d duplicates, %d records not written; missing ids: %v", v, dups, extra, v.missingIDs)
+	}
+}
+
+// committedRecords reads the topics to their last stable offsets as a
+// read_committed consumer and counts the records by event id. Every batch
+// the streamer writes is transactional, so the last offset below a stable
+// offset is a transaction marker, which KeepControlRecords returns.
+func committedRecords(t *testing.T, topics ...string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(testenv.KafkaClient(t))
+	ends, err := adm.ListCommittedOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("list the last stable offsets of %v: %v", topics, err)
+	}
+	left := map[string]map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if left[o.Topic] == nil {
+				left[o.Topic] = map[int32]int64{}
+			}
+			left[o.Topic][o.Partition] = o.Offset - 1
+		}
+	})
+	counts := map[string]int{}
+	if len(left) == 0 {
+		return counts
+	}
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	for len(left) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %v to the last stable offsets: still %v to go", topics, left)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Topic][r.Partition]; ok && r.Offset >= end {
+				delete(left[r.Topic], r.Partition)
+				if len(left[r.Topic]) == 0 {
+					delete(left, r.Topic)
+				}
+			}
+			if !r.Attrs.IsControl() {
+				counts[header(r, "id")]++
+			}
+		})
+	}
+	return counts
+}
+
+// kafkaCheckpoint reads the slot's checkpoint as the streamer does at
+// start.
+func (e *env) kafkaCheckpoint() sink.Checkpoint {
+	e.t.Helper()
+	cp, err := sink.ReadCheckpoint(testenv.Context(e.t), sink.Config{Brokers: e.brokers}, "cdc_outbox.checkpoints", e.slot)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cp
+}
+
+// TestExactlyOnceEndToEnd: in exactly-once delivery, two writers' events
+// reach Kafka each exactly once for a read_committed consumer, across a
+// clean restart; the checkpoint topic holds the slot's position, and the
+// slot never confirms past it.
+func TestExactlyOnceEndToEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	wl := newWorkload(e)
+	s := e.eo()
+	e.waitStreaming()
+	writing := make(chan error, 2)
+	for w := 0; w < 2; w++ {
+		go func() { writing <- wl.write(ctx, w, 1000, 1+w*9, "payment", false) }()
+	}
+	for w := 0; w < 2; w++ {
+		if err := <-writing; err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+	}
+	wl.checkExactlyOnce([]string{"payment"}, "while streaming")
+	s.stop()
+	e.waitSlotInactive()
+	confirmed, _ := e.slotLSNs()
+	cp := e.kafkaCheckpoint()
+	t.Logf("slot confirmed %d, Kafka checkpoint %s", confirmed, cp.LSN)
+	if !cp.Found || int64(cp.LSN) < confirmed {
+		t.Fatalf("the slot confirmed %d past the Kafka checkpoint %+v", confirmed, cp)
+	}
+
+	s = e.eo()
+	e.waitStreaming()
+	if err := wl.write(ctx, 3, 500, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	wl.checkExactlyOnce([]string{"payment"}, "after a restart")
+	s.stop()
+}
+
+// TestExactlyOnceSIGKILLCycles: 20 SIGKILLs of the streamer at random
+// moments while 4 writers commit 40,000 events in transactions of 1 to 50
+// rows. A read_committed consumer finds every event exactly once, in
+// per-aggregate order: a restart skips what the Kafka checkpoint holds, and
+// what a killed instance left open is aborted.
+func TestExactlyOnceSIGKILLCycles(t *testing.T) {
+	t.Parallel()
+	const cycles, perWriter = 20, 10000
+	e := newEnv(t)
+	wl := newWorkload(e)
+	ctx := testenv.Context(t)
+	first := e.eo()
+	e.waitStreaming()
+	first.kill()
+
+	writing := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		go func() { writing <- wl.write(ctx, w, perWriter, []int{1, 5, 20, 50}[w], "payment", false) }()
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for cycle := 0; cycle < cycles; cycle++ {
+		s := e.eo("--max-inflight-events", "2000")
+		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond) // the kill's moment, not a wait for a condition
+		s.kill()
+	}
+	for w := 0; w < 4; w++ {
+		if err := <-writing; err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+	}
+	s := e.eo()
+	wl.checkExactlyOnce([]string{"payment"}, fmt.Sprintf("after %d SIGKILL cycles", cycles))
+	if skipped := skippedTransactions(t, s); skipped == 0 {
+		t.Log("the last start skipped no transaction")
+	}
+	s.stop()
+}
+
+// skippedTransactions reads cdc_outbox_transactions_skipped_total.
+func skippedTransactions(t *testing.T, s *streamer) float64 {
+	t.Helper()
+	return metricValue(t, s, "cdc_outbox_transactions_skipped_total")
+}
+
+// TestExactlyOnceZombieFenced: a hot-standby takeover with the old instance
+// frozen. The old instance is SIGSTOPped with records waiting for its next
+// Kafka transaction, its walsender is terminated, a new instance takes the
+// slot over (registering the same transactional id, which fences the old
+// one), and the old one is resumed: it stops with the fencing error, having
+// written nothing more, and a read_committed consumer finds every event
+// exactly once.
+func TestExactlyOnceZombieFenced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	wl := newWorkload(e)
+	old := e.eo("--transaction-interval", "3s", "--max-inflight-events", "100000")
+	e.waitStreaming()
+	wl.prime(ctx)
+	// Events the old instance has received and holds for its next
+	// transaction when it freezes.
+	before := metricValue(t, old, "cdc_outbox_received_lsn")
+	if err := wl.write(ctx, 1, 200, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the old instance to receive the events", func() bool {
+		return metricValue(t, old, "cdc_outbox_received_lsn") > before && metricValue(t, old, "cdc_outbox_inflight_events") > 0
+	})
+	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, e.url, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot)
+
+	takeover := e.eo()
+	e.waitStreaming()
+	if err := wl.write(ctx, 2, 300, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.exited(2 * time.Minute); err == nil {
+		t.Fatal("the fenced instance exited 0")
+	}
+	stopped := stoppedWith(old)
+	t.Logf("the fenced instance: %s", stopped)
+	if !strings.Contains(stopped, "fenced") || !strings.Contains(stopped, "another instance") {
+		t.Fatalf("the old instance's error does not say it was fenced:\n%s", tailOf(old.logText(), 3000))
+	}
+	wl.checkExactlyOnce([]string{"payment"}, "after a takeover and a fenced zombie")
+	takeover.stop()
+}
+
+// TestExactlyOnceAbortedRecordsVisibleUncommitted: a record the broker
+// refuses inside a Kafka transaction aborts the whole transaction and stops
+// the stream (nothing is confirmed past it). The records of that
+// transaction the broker had already written stay in the log as aborted: a
+// read_uncommitted consumer sees them, a read_committed one does not.
+func TestExactlyOnceAbortedRecordsVisibleUncommitted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	// A topic whose records may be at most 1000 bytes, for the second
+	// event of the transaction.
+	adm := kadm.NewClient(testenv.KafkaClient(t))
+	small := "1000"
+	if resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &small}, e.topic("small")); err != nil || resp.Err != nil {
+		t.Fatalf("create topic: %v %v", err, resp.Err)
+	}
+	s := e.eo()
+	e.waitStreaming()
+	testenv.Exec(t, e.url, `BEGIN;
+		INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', 'a1', 'Small', '{"seq": 1}');
+		INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('small', 'a2', 'Big', jsonb_build_object('pad', repeat('x', 5000)));
+		COMMIT`)
+	if err := s.exited(2 * time.Minute); err == nil {
+		t.Fatal("the streamer exited 0 after the broker refused a record of its transaction")
+	}
+	stopped := stoppedWith(s)
+	t.Logf("the streamer: %s", stopped)
+	if !strings.Contains(stopped, "MESSAGE_TOO_LARGE") || !strings.Contains(stopped, "aborts its whole Kafka transaction") {
+		t.Fatalf("the error does not name the broker's refusal:\n%s", tailOf(s.logText(), 3000))
+	}
+	uncommitted := recordsIn(t, e.topic("payment"), kgo.ReadUncommitted())
+	committed := recordsIn(t, e.topic("payment"), kgo.ReadCommitted())
+	t.Logf("records of the aborted transaction: read_uncommitted sees %d, read_committed %d", uncommitted, committed)
+	if uncommitted != 1 || committed != 0 {
+		t.Fatalf("read_uncommitted sees %d records (want 1, the aborted one), read_committed %d (want 0)", uncommitted, committed)
+	}
+}
+
+// recordsIn counts the data records of a one-partition topic up to its end
+// as a consumer with the isolation level sees them.
+func recordsIn(t *testing.T, topic string, level kgo.IsolationLevel) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(testenv.KafkaClient(t))
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil || ends.Error() != nil {
+		t.Fatalf("end offsets of %s: %v %v", topic, err, ends.Error())
+	}
+	var end int64
+	ends.Each(func(o kadm.ListedOffset) { end = max(end, o.Offset) })
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
+	n := 0
+	for last := int64(-1); last < end-1; {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s to offset %d: at %d", topic, end, last)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			last = r.Offset
+			if !r.Attrs.IsControl() {
+				n++
+			}
+		})
+	}
+	return n
+}
+
+// stoppedWith is the error the streamer's last log line says it stopped
+// with.
+func stoppedWith(s *streamer) string {
+	var line string
+	for _, l := range strings.Split(s.logText(), "\n") {
+		if strings.Contains(l, `"msg":"stopped with an error"`) {
+			line = l
+		}
+	}
+	return line
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// metricValue scrapes one series of the streamer's metrics (0 when absent).
+func metricValue(t *testing.T, s *streamer, series string) float64 {
+	t.Helper()
+	return scrape(t, s.httpAddr())[series]
+}
