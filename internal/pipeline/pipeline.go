@@ -252,8 +252,9 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		// checkpoint holds: a transaction ended at or before the checkpoint
 		// exactly when its commit record starts before it.
 		p.skipping = p.txp != nil && ev.FinalLSN < p.through
-		if p.skipping {
-			p.skippedTx.Add(1)
+		if p.skipping && p.skippedTx.Add(1) == 1 {
+			p.log.Info("skipping transactions that Kafka holds already (exactly-once): PostgreSQL sends again what it was not yet told of",
+				"first_commit_lsn", ev.FinalLSN, "through", p.through)
 		}
 	case decoder.KindRelation:
 		return p.relation(ev)
