@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -185,10 +184,10 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 			sink.Pinger
 		}
 		txp         *sink.Transactional
-		skipThrough pglogrepl.LSN
+		kafkaAt     sink.Checkpoint // exactly-once: where Kafka is
 	)
 	if c.Delivery == deliveryExactlyOnce {
-		txp, skipThrough, err = startTransactions(ctx, c, sinkCfg, kafkaOpts, m, log)
+		txp, kafkaAt, err = startTransactions(ctx, c, sinkCfg, kafkaOpts, m, log)
 		if txp != nil {
 			g.Close(txp.Close)
 		}
@@ -211,7 +210,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
-		SkipThrough:       skipThrough,
+		SkipThrough:       kafkaAt.LSN,
 		Explain:           explain,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
@@ -327,7 +326,7 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 // cfg is the producer's configuration; the checkpoint topic is created and
 // read by clients of their own, with kafkaOpts (TLS, SASL) but not the
 // producer's metrics hooks.
-func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*sink.Transactional, pglogrepl.LSN, error) {
+func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*sink.Transactional, sink.Checkpoint, error) {
 	txp, err := sink.NewTransactional(sink.TxConfig{
 		Config:          cfg,
 		TransactionalID: c.transactionalID(),
@@ -337,20 +336,20 @@ func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafka
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
 	}, obs, log)
 	if err != nil {
-		return nil, 0, err
+		return nil, sink.Checkpoint{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	admin := sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts}
 	if err := sink.EnsureCheckpointTopic(ctx, admin, c.CheckpointTopic); err != nil {
-		return txp, 0, err
+		return txp, sink.Checkpoint{}, err
 	}
 	if err := txp.Fence(ctx); err != nil {
-		return txp, 0, err
+		return txp, sink.Checkpoint{}, err
 	}
 	cp, err := sink.ReadCheckpoint(ctx, admin, c.CheckpointTopic, c.Slot)
 	if err != nil {
-		return txp, 0, err
+		return txp, sink.Checkpoint{}, err
 	}
 	if cp.Found {
 		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again",
@@ -359,7 +358,7 @@ func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafka
 		log.Info("exactly-once delivery: no checkpoint for the slot in Kafka yet", "transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic)
 	}
 	txp.SetCheckpoint(cp.LSN)
-	return txp, cp.LSN, nil
+	return txp, cp, nil
 }
 
 // loop adds to g a loop that runs until told to stop and never fails.
