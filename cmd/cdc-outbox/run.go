@@ -183,8 +183,8 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 			pipeline.Producer
 			sink.Pinger
 		}
-		txp         *sink.Transactional
-		kafkaAt     sink.Checkpoint // exactly-once: where Kafka is
+		txp     *sink.Transactional
+		kafkaAt sink.Checkpoint // exactly-once: where Kafka is
 	)
 	if c.Delivery == deliveryExactlyOnce {
 		txp, kafkaAt, err = startTransactions(ctx, c, sinkCfg, kafkaOpts, m, log)

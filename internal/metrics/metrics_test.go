@@ -21,14 +21,14 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 	now := time.Date(2026, 12, 1, 0, 0, 10, 0, time.UTC)
 	reg := prometheus.NewRegistry()
 	m := New(reg, Sources{
-		Confirmed:          fixed(1000),
-		Received:           fixed(1500),
-		Transactions:       fixed(7),
-		InFlight:           fixed(3),
-		InFlightBytes:      fixed(900),
-		PostgresConnected:  func() bool { return true },
-		PostgresReconnects: fixed(2),
-		Oldest:             func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
+		Confirmed:           fixed(1000),
+		Received:            fixed(1500),
+		Transactions:        fixed(7),
+		InFlight:            fixed(3),
+		InFlightBytes:       fixed(900),
+		PostgresConnected:   func() bool { return true },
+		PostgresReconnects:  fixed(2),
+		Oldest:              func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
 		Checkpoint:          fixed(1200),
 		SkippedTransactions: fixed(4),
 		Skipped: map[string]func() float64{
