@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -379,6 +381,22 @@ func TestExactlyOnceSkipsWhatKafkaHolds(t *testing.T) {
 			t.Fatal("the slot confirmed the Kafka checkpoint before every kill: nothing to skip")
 		}
 	}
+	// status shows both positions: the Kafka checkpoint ahead of the slot.
+	out, err := exec.Command(binary, "status", "--json", "--postgres-url", e.url, "--slot", e.slot,
+		"--delivery", "exactly-once", "--kafka-brokers", e.brokers[0]).Output()
+	var st struct {
+		Delivery           string `json:"delivery"`
+		KafkaCheckpointLSN string `json:"kafka_checkpoint_lsn"`
+		KafkaAheadBytes    int64  `json:"kafka_ahead_bytes"`
+		Warnings           []string
+	}
+	if jerr := json.Unmarshal(out, &st); jerr != nil {
+		t.Fatalf("status --json: %v (%v): %s", jerr, err, out)
+	}
+	if st.Delivery != "exactly-once" || st.KafkaCheckpointLSN != e.kafkaCheckpoint().LSN.String() || st.KafkaAheadBytes <= 0 || len(st.Warnings) != 0 {
+		t.Fatalf("status does not show the Kafka checkpoint ahead of the slot: %s", out)
+	}
+
 	s := e.eo()
 	eventually(t, time.Minute, "the restart to skip the transactions Kafka holds", func() bool {
 		return strings.Contains(s.logText(), skippingMsg)

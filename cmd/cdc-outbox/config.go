@@ -85,10 +85,8 @@ func runFlags(c *runConfig) *flags {
 	kafkaFlags(f, c)
 	mappingFlags(f, c)
 
-	f.String(&c.Delivery, "delivery", deliveryAtLeastOnce, "at-least-once (a crash may repeat events in flight; consumers dedupe by event id) or exactly-once "+
-		"(Kafka transactions: each PostgreSQL transaction's records and a checkpoint of its LSN commit together; consumers must read with isolation.level=read_committed)")
+	deliveryFlags(f, c)
 	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<slot>")
-	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "exactly-once: compacted `topic` of the checkpoint records (key: the slot), created when missing")
 	f.Duration(&c.TransactionInterval, "transaction-interval", 100*time.Millisecond, "exactly-once: least time between Kafka transaction commits (sooner when half of --max-inflight-events wait); "+
 		"longer means bigger transactions and more latency")
 	f.Int(&c.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading pauses")
@@ -117,7 +115,12 @@ func kafkaFlags(f *flags, c *runConfig) {
 	f.String(&c.KafkaCompression, "kafka-compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
 	f.Bool(&c.KafkaAutoCreateTopics, "kafka-auto-create-topics", true, "let the broker create missing topics (where its auto.create.topics.enable allows)")
 	f.Int(&c.MaxRecordBytes, "max-record-bytes", 1048576, "largest record to send, in `bytes`; keep it at or below the broker's message.max.bytes. Larger rows are bad events")
+	kafkaSecurityFlags(f, c)
+}
 
+// kafkaSecurityFlags are the flags of a Kafka connection's TLS and SASL,
+// the producer's and status's.
+func kafkaSecurityFlags(f *flags, c *runConfig) {
 	f.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to the brokers with TLS (their SSL or SASL_SSL listener), verifying their certificates with the system's CAs or --kafka-tls-ca-file")
 	f.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM `file` of the CA certificates that verify the brokers, instead of the system's; needs --kafka-tls")
 	f.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM `file` of a client certificate, for brokers that require one (ssl.client.auth); needs --kafka-tls-key-file")
@@ -148,6 +151,14 @@ func mappingFlags(f *flags, c *runConfig) {
 
 	f.String(&c.OnBadEvent, "on-bad-event", pipeline.Fail, "what to do with a row that cannot be published: fail (stop, confirm nothing past it) or dead-letter")
 	f.String(&c.DeadLetterTopic, "dead-letter-topic", "outbox.dead-letter", "`topic` for bad rows under --on-bad-event=dead-letter")
+}
+
+// deliveryFlags say how events are delivered and where exactly-once keeps
+// its position: run's and status's.
+func deliveryFlags(f *flags, c *runConfig) {
+	f.String(&c.Delivery, "delivery", deliveryAtLeastOnce, "at-least-once (a crash may repeat events in flight; consumers dedupe by event id) or exactly-once "+
+		"(Kafka transactions: each PostgreSQL transaction's records and a checkpoint of its LSN commit together; consumers must read with isolation.level=read_committed)")
+	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "exactly-once: compacted `topic` of the checkpoint records (key: the slot), created when missing")
 }
 
 // logFlags are every long-running command's.
