@@ -442,3 +442,47 @@ func TestExactlyOnceReconnects(t *testing.T) {
 	}
 	s.stop()
 }
+
+// TestExactlyOnceBrokerKilled: the broker is SIGKILLed while writers
+// commit and started again on the same data; then PostgreSQL is restarted
+// and later crashes (SIGKILL). The streamer rides through each (a Kafka
+// transaction that cannot finish is aborted and its records written again
+// in the next one), and a read_committed consumer finds every event exactly
+// once.
+//
+// Not parallel: it kills the broker and PostgreSQL every test shares.
+func TestExactlyOnceServerFaults(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	s := e.eo()
+	e.waitStreaming()
+	wl := newWorkload(e)
+	wl.prime(ctx)
+	// Each fault while two writers commit, at a point of their progress.
+	phase := 0
+	during := func(fault func()) {
+		writing := make(chan error, 2)
+		for w := 1; w <= 2; w++ {
+			go func() { writing <- wl.writeThroughFaults(ctx, 10*phase+w, 3000, 10, "payment") }()
+		}
+		wl.progress(t, 300)
+		fault()
+		for w := 1; w <= 2; w++ {
+			if err := <-writing; err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+		}
+		phase++
+	}
+	during(func() { brokerFault(t, "kill", "start")() }) // killed, then started again on the same data
+	during(func() { testenv.ControlPostgres(t, "restart") })
+	during(func() {
+		testenv.ControlPostgres(t, "kill")
+		testenv.ControlPostgres(t, "start")
+	})
+	wl.checkExactlyOnce([]string{"payment"}, "across a broker SIGKILL, a PostgreSQL restart and a PostgreSQL crash")
+	if err := s.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the streamer did not ride through: %v", err)
+	}
+	s.stop()
+}
