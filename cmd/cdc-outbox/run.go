@@ -327,11 +327,16 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 // read by clients of their own, with kafkaOpts (TLS, SASL) but not the
 // producer's metrics hooks.
 func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*sink.Transactional, sink.Checkpoint, error) {
+	origin, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
+	if err != nil {
+		return nil, sink.Checkpoint{}, fmt.Errorf("read the outbox table's identity for the Kafka checkpoint: %w", err)
+	}
 	txp, err := sink.NewTransactional(sink.TxConfig{
 		Config:          cfg,
 		TransactionalID: c.transactionalID(),
 		CheckpointTopic: c.CheckpointTopic,
 		CheckpointKey:   c.Slot,
+		Origin:          origin,
 		Interval:        c.TransactionInterval,
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
 	}, obs, log)
@@ -350,6 +355,12 @@ func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafka
 	cp, err := sink.ReadCheckpoint(ctx, admin, c.CheckpointTopic, c.Slot)
 	if err != nil {
 		return txp, sink.Checkpoint{}, err
+	}
+	if cp.Found && cp.Origin != origin {
+		log.Warn("exactly-once delivery: the Kafka checkpoint of this slot is of another outbox table, database or cluster (a restore, pg_upgrade, or another server with a slot of the same name), "+
+			"whose LSNs mean nothing here: it is ignored, and nothing is skipped", "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN,
+			"checkpoint_origin", cp.Origin, "origin", origin)
+		cp = sink.Checkpoint{}
 	}
 	if cp.Found {
 		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again",

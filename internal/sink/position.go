@@ -15,34 +15,40 @@ import (
 
 // checkpointValue is a checkpoint record's value: the end LSN of the last
 // PostgreSQL transaction whose records the same Kafka transaction (or an
-// earlier one) holds.
+// earlier one) holds, and the outbox table's identity (system identifier,
+// database and table OIDs), without which an LSN means nothing: another
+// cluster's WAL, or a restored one's, has its own positions.
 type checkpointValue struct {
-	LSN string `json:"lsn"`
+	LSN    string `json:"lsn"`
+	Origin string `json:"origin"`
 }
 
-// CheckpointRecord is the checkpoint record of key (the slot) at lsn.
-func CheckpointRecord(topic, key string, lsn pglogrepl.LSN) *kgo.Record {
-	v, _ := json.Marshal(checkpointValue{LSN: lsn.String()}) // a struct of one string always encodes
+// CheckpointRecord is the checkpoint record of key (the slot) at lsn of the
+// table origin.
+func CheckpointRecord(topic, key, origin string, lsn pglogrepl.LSN) *kgo.Record {
+	v, _ := json.Marshal(checkpointValue{LSN: lsn.String(), Origin: origin}) // strings always encode
 	return &kgo.Record{Topic: topic, Key: []byte(key), Value: v}
 }
 
 // ParseCheckpoint reads a checkpoint record's value.
-func ParseCheckpoint(value []byte) (pglogrepl.LSN, error) {
+func ParseCheckpoint(value []byte) (lsn pglogrepl.LSN, origin string, err error) {
 	var v checkpointValue
 	if err := json.Unmarshal(value, &v); err != nil {
-		return 0, fmt.Errorf("checkpoint record %q: %w", value, err)
+		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
 	}
-	lsn, err := pglogrepl.ParseLSN(v.LSN)
-	if err != nil {
-		return 0, fmt.Errorf("checkpoint record %q: %w", value, err)
+	if lsn, err = pglogrepl.ParseLSN(v.LSN); err != nil {
+		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
 	}
-	return lsn, nil
+	return lsn, v.Origin, nil
 }
 
 // Checkpoint is what the checkpoint topic says of one key.
 type Checkpoint struct {
 	LSN   pglogrepl.LSN // 0 when Found is false
 	Found bool
+	// Origin is the identity of the outbox table whose WAL LSN is a
+	// position in.
+	Origin string
 	// At is the record's timestamp: when its transaction was written.
 	At time.Time
 }
@@ -152,12 +158,12 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 			if r.Attrs.IsControl() || string(r.Key) != key {
 				return
 			}
-			lsn, perr := ParseCheckpoint(r.Value)
+			lsn, origin, perr := ParseCheckpoint(r.Value)
 			if perr != nil {
 				err = perr
 				return
 			}
-			cp = Checkpoint{LSN: lsn, Found: true, At: r.Timestamp}
+			cp = Checkpoint{LSN: lsn, Found: true, Origin: origin, At: r.Timestamp}
 		})
 		if err != nil {
 			return fail("read it", err)

@@ -26,6 +26,8 @@ type TxConfig struct {
 	// CheckpointKey (the slot) is their key.
 	CheckpointTopic string
 	CheckpointKey   string
+	// Origin is the outbox table's identity, written in every checkpoint.
+	Origin string
 	// Interval is the least time between two commits, unless CommitRecords
 	// records wait: then the next commit starts at once.
 	Interval      time.Duration
@@ -223,7 +225,7 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 	for _, q := range batch {
 		t.cl.Produce(ctx, q.r, collect)
 	}
-	t.cl.Produce(ctx, CheckpointRecord(t.cfg.CheckpointTopic, t.cfg.CheckpointKey, through), collect)
+	t.cl.Produce(ctx, CheckpointRecord(t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin, through), collect)
 	if err := t.cl.Flush(ctx); err != nil {
 		return t.abort(ctx, "flush the transaction's records", err)
 	}

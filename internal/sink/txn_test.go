@@ -18,7 +18,7 @@ func newTransactional(t *testing.T, id, checkpoints string) *sink.Transactional 
 	t.Helper()
 	tp, err := sink.NewTransactional(sink.TxConfig{
 		Config:          sink.Config{Brokers: testenv.KafkaBrokers(t), Linger: time.Millisecond},
-		TransactionalID: id, CheckpointTopic: checkpoints, CheckpointKey: "slot_a",
+		TransactionalID: id, CheckpointTopic: checkpoints, CheckpointKey: "slot_a", Origin: "1/2/3",
 		Interval: 20 * time.Millisecond, CommitRecords: 1000,
 	}, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -91,8 +91,8 @@ func TestTransactionalCommitsWholeTransactionsWithTheirCheckpoint(t *testing.T) 
 		t.Fatalf("Checkpoint() = %s after the commit", tp.Checkpoint())
 	}
 	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a")
-	if err != nil || !cp.Found || cp.LSN != 0x500 {
-		t.Fatalf("checkpoint read back: %+v, %v; want 0/500", cp, err)
+	if err != nil || !cp.Found || cp.LSN != 0x500 || cp.Origin != "1/2/3" {
+		t.Fatalf("checkpoint read back: %+v, %v; want 0/500 of 1/2/3", cp, err)
 	}
 	if other, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_b"); err != nil || other.Found {
 		t.Fatalf("another slot's checkpoint: %+v, %v", other, err)
