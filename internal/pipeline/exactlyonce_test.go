@@ -144,8 +144,8 @@ func TestExactlyOnceLostDropsTheOpenTransaction(t *testing.T) {
 }
 
 // TestExactlyOnceFullCountsWholeTransactions: the open transaction's
-// records wait for its commit, so they do not pause reading; once
-// committed they count.
+// records wait for its commit, so they neither pause reading nor count as
+// in flight (a drain would wait for them); once committed they count.
 func TestExactlyOnceFullCountsWholeTransactions(t *testing.T) {
 	p, _, s := newExactlyOnce(t, 0, 2)
 	msgs := tx(500, "1", "2", "3", "4")
@@ -154,6 +154,9 @@ func TestExactlyOnceFullCountsWholeTransactions(t *testing.T) {
 	}
 	if p.Full() {
 		t.Fatal("Full while the only records belong to the open transaction: its commit could never come")
+	}
+	if p.InFlight() != 0 || p.InFlightBytes() != 0 {
+		t.Fatalf("in flight %d (%d bytes) before the commit: a drain would wait for acknowledgements that cannot come", p.InFlight(), p.InFlightBytes())
 	}
 	if err := feed(t, p, msgs[5]); err != nil {
 		t.Fatal(err)

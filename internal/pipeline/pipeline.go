@@ -130,14 +130,16 @@ type Pipeline struct {
 
 	// Exactly-once delivery (txp is not nil). through is the end LSN of the
 	// last transaction handed to txp, or the Kafka checkpoint; skipping is
-	// set while the open transaction is one Kafka holds already; open and
-	// openBytes count the open transaction's records, which wait in txp
-	// until its commit and so do not count against the in-flight limits
-	// (replication goroutine only).
+	// set while the open transaction is one Kafka holds already
+	// (replication goroutine only). open and openBytes count the open
+	// transaction's records, which wait in txp until its commit: they
+	// count neither against the in-flight limits nor as in flight, since
+	// no acknowledgement can come for them before the commit (written by
+	// the replication goroutine, read by metrics too).
 	txp             Transactional
 	through         pglogrepl.LSN
 	skipping        bool
-	open, openBytes int64
+	open, openBytes atomic.Int64
 	skippedTx       atomic.Uint64
 
 	obs Observer
@@ -279,7 +281,9 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 			p.txp.Boundary(ev.EndLSN)
 			p.through = max(p.through, ev.EndLSN)
 		}
-		p.skipping, p.open, p.openBytes = false, 0, 0
+		p.skipping = false
+		p.open.Store(0)
+		p.openBytes.Store(0)
 		p.ckpt.Commit(p.tx, ev.EndLSN)
 		p.tx = nil
 	}
@@ -413,8 +417,8 @@ func (p *Pipeline) send(pd *pending) {
 	p.inflight.Add(1)
 	p.inflightBytes.Add(pd.size)
 	if p.txp != nil {
-		p.open++
-		p.openBytes += pd.size
+		p.open.Add(1)
+		p.openBytes.Add(pd.size)
 	}
 	p.sink.Produce(&pd.rec, p.promise)
 }
@@ -500,7 +504,7 @@ func (p *Pipeline) Full() bool {
 	// The open transaction's records wait for its commit before any Kafka
 	// transaction takes them (exactly-once): counting them could pause
 	// reading before the commit that lets them go.
-	return p.inflight.Load()-p.open >= int64(p.cfg.MaxInflightEvents) || p.inflightBytes.Load()-p.openBytes >= p.cfg.MaxInflightBytes
+	return p.InFlight() >= p.cfg.MaxInflightEvents || p.InFlightBytes() >= p.cfg.MaxInflightBytes
 }
 
 // Room receives after acknowledgements.
@@ -509,11 +513,13 @@ func (p *Pipeline) Room() <-chan struct{} { return p.room }
 // Failed receives the first asynchronous failure.
 func (p *Pipeline) Failed() <-chan error { return p.failed }
 
-// InFlight is the number of records not yet acknowledged.
-func (p *Pipeline) InFlight() int { return int(p.inflight.Load()) }
+// InFlight is the number of records not yet acknowledged, but for those of
+// the open transaction in exactly-once delivery, which wait for its commit.
+// (A drain waits for it to reach 0: they would never come.)
+func (p *Pipeline) InFlight() int { return int(p.inflight.Load() - p.open.Load()) }
 
-// InFlightBytes is the estimated size of the records not yet acknowledged.
-func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() }
+// InFlightBytes is the estimated size of the records InFlight counts.
+func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() - p.openBytes.Load() }
 
 // Lost forgets the open transaction: the server sends it again whole.
 // Records of it already produced stay in Kafka (at-least-once), and their
@@ -527,7 +533,9 @@ func (p *Pipeline) Lost() {
 			p.inflight.Add(-1)
 			p.inflightBytes.Add(-pd.size)
 		}
-		p.skipping, p.open, p.openBytes = false, 0, 0
+		p.skipping = false
+		p.open.Store(0)
+		p.openBytes.Store(0)
 	}
 	if p.tx != nil {
 		p.ckpt.Discard(p.tx)
