@@ -32,9 +32,6 @@ type TxConfig struct {
 	// records wait: then the next commit starts at once.
 	Interval      time.Duration
 	CommitRecords int
-	// TransactionTimeout is how long the broker lets a transaction stay
-	// open before it aborts it (at most its transaction.max.timeout.ms).
-	TransactionTimeout time.Duration
 }
 
 // TxObserver is told what happens to Kafka transactions; metrics implement
@@ -63,7 +60,6 @@ type Transactional struct {
 	cl  *kgo.Client
 	cfg TxConfig
 	obs TxObserver
-	log *slog.Logger
 
 	mu       sync.Mutex
 	queue    []queued      // produced, not yet in a Kafka transaction, in order
@@ -92,14 +88,11 @@ func NewTransactional(cfg TxConfig, obs TxObserver, log *slog.Logger) (*Transact
 	// franz-go logs every transaction's beginning and end at info: a few
 	// lines every Interval. Those stay at debug.
 	opts = append(opts, kgo.TransactionalID(cfg.TransactionalID), kgo.WithLogger(quieter{kslog.New(log.With("component", "kafka"))}))
-	if cfg.TransactionTimeout > 0 {
-		opts = append(opts, kgo.TransactionTimeout(cfg.TransactionTimeout))
-	}
 	cl, err := kgo.NewClient(append(opts, cfg.Opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &Transactional{cl: cl, cfg: cfg, obs: obs, log: log.With("component", "kafka-transactions"), kick: make(chan struct{}, 1)}, nil
+	return &Transactional{cl: cl, cfg: cfg, obs: obs, kick: make(chan struct{}, 1)}, nil
 }
 
 // Fence registers the transactional id with the broker's transaction
