@@ -25,9 +25,10 @@ type streamer struct {
 }
 
 // startStreamer starts the binary on slot with the bench's topic template
-// and its metrics endpoint on a free loopback port. Everything else is the
-// binary's defaults, which is what is being measured.
-func (b *bench) startStreamer(slot string) (*streamer, error) {
+// and its metrics endpoint on a free loopback port, and extra flags.
+// Everything else is the binary's defaults, which is what is being
+// measured.
+func (b *bench) startStreamer(slot string, extra ...string) (*streamer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (b *bench) startStreamer(slot string) (*streamer, error) {
 		"--http-addr", s.addr,
 		"--pprof",
 		"--log-format", "json",
-	}, b.streamerFlags...)
+	}, append(b.streamerFlags[:len(b.streamerFlags):len(b.streamerFlags)], extra...)...)
 	s.cmd = exec.Command(b.bin, args...)
 	s.cmd.Env = streamerEnv()
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
