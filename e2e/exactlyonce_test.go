@@ -548,3 +548,37 @@ func TestExactlyOnceCheckpointOfAnotherCluster(t *testing.T) {
 	}
 	s.stop()
 }
+
+// TestExactlyOnceHotStandby: a second instance started while the first
+// streams waits for the slot without fencing the first (it registers the
+// transactional id only once it holds the slot); the first goes on
+// committing. When the first is SIGKILLed, the second takes over, and each
+// event is in Kafka once.
+func TestExactlyOnceHotStandby(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	active := e.eo()
+	e.waitStreaming()
+	standby := e.eo()
+	eventually(t, 30*time.Second, "the standby to report the slot in use", func() bool {
+		return strings.Contains(standby.logText(), "in use by another process")
+	})
+	wl := newWorkload(e)
+	if err := wl.write(ctx, 0, 300, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	wl.checkExactlyOnce([]string{"payment"}, "with a standby waiting")
+	if err := active.cmd.Process.Signal(syscall.Signal(0)); err != nil || strings.Contains(active.logText(), "fenced") {
+		t.Fatalf("the standby's start stopped the active instance: %v\n%s", err, tailOf(active.logText(), 3000))
+	}
+	active.kill()
+	if err := wl.write(ctx, 1, 300, 10, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the standby to take over", func() bool {
+		return strings.Count(standby.logText(), `"msg":"streaming"`) == 1
+	})
+	wl.checkExactlyOnce([]string{"payment"}, "across the takeover")
+	standby.stop()
+}

@@ -183,17 +183,15 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 			pipeline.Producer
 			sink.Pinger
 		}
-		txp     *sink.Transactional
-		kafkaAt sink.Checkpoint // exactly-once: where Kafka is
+		txp *sink.Transactional
+		eo  *exactlyOnce
 	)
 	if c.Delivery == deliveryExactlyOnce {
-		txp, kafkaAt, err = startTransactions(ctx, c, sinkCfg, kafkaOpts, m, log)
-		if txp != nil {
-			g.Close(txp.Close)
-		}
-		if err != nil {
+		if eo, err = newExactlyOnce(ctx, c, sinkCfg, kafkaOpts, m, log); err != nil {
 			return err
 		}
+		txp = eo.txp
+		g.Close(txp.Close)
 		snk = txp
 	} else {
 		s, err := sink.New(sinkCfg, log)
@@ -210,7 +208,6 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
-		SkipThrough:       kafkaAt.LSN,
 		Explain:           explain,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
@@ -230,7 +227,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		}, stop)
 	}
 
-	st := replication.New(replication.Config{
+	rcfg := replication.Config{
 		URL:               c.PostgresURL,
 		Slot:              c.Slot,
 		Publication:       c.Publication,
@@ -238,7 +235,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		KeepaliveInterval: c.KeepaliveInterval,
 		ReceiveTimeout:    c.ReceiveTimeout,
 		ShutdownTimeout:   c.ShutdownTimeout,
-	}, p, tracker, log)
+	}
+	if eo != nil {
+		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p) }
+	}
+	st := replication.New(rcfg, p, tracker, log)
 	outbox := catalog.Outbox()
 	monitor := replication.NewMonitor(replication.MonitorConfig{
 		URL:         c.PostgresURL,
@@ -316,20 +317,23 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 	}
 }
 
-// startTransactions makes the exactly-once producer: it creates the
-// checkpoint topic when missing, registers the transactional id (fencing
-// any instance before this one and aborting what it left open), and reads
-// the last committed checkpoint of the slot: the server resends from the
-// slot's position, and every transaction ended at or before the checkpoint
-// is skipped.
-//
-// cfg is the producer's configuration; the checkpoint topic is created and
-// read by clients of their own, with kafkaOpts (TLS, SASL) but not the
-// producer's metrics hooks.
-func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*sink.Transactional, sink.Checkpoint, error) {
+// exactlyOnce is the exactly-once producer and what it needs once the
+// stream holds the slot.
+type exactlyOnce struct {
+	txp    *sink.Transactional
+	c      *runConfig
+	admin  sink.Config // the checkpoint topic's clients: TLS and SASL, not the producer's metrics hooks
+	origin string      // the outbox table's identity
+	log    *slog.Logger
+}
+
+// newExactlyOnce makes the exactly-once producer and creates the
+// checkpoint topic when missing. Nothing is fenced yet: a standby waiting
+// for the slot must not stop the instance that streams.
+func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
 	origin, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
 	if err != nil {
-		return nil, sink.Checkpoint{}, fmt.Errorf("read the outbox table's identity for the Kafka checkpoint: %w", err)
+		return nil, fmt.Errorf("read the outbox table's identity for the Kafka checkpoint: %w", err)
 	}
 	txp, err := sink.NewTransactional(sink.TxConfig{
 		Config:          cfg,
@@ -341,25 +345,38 @@ func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafka
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
 	}, obs, log)
 	if err != nil {
-		return nil, sink.Checkpoint{}, err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	eo := &exactlyOnce{txp: txp, c: c, admin: sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts}, origin: origin, log: log}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	admin := sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts}
-	if err := sink.EnsureCheckpointTopic(ctx, admin, c.CheckpointTopic); err != nil {
-		return txp, sink.Checkpoint{}, err
+	if err := sink.EnsureCheckpointTopic(ctx, eo.admin, c.CheckpointTopic); err != nil {
+		txp.Close()
+		return nil, err
 	}
-	if err := txp.Fence(ctx); err != nil {
-		return txp, sink.Checkpoint{}, err
+	return eo, nil
+}
+
+// holding runs once the stream holds the slot, before it reads: it
+// registers the transactional id (fencing the instance before this one and
+// aborting the Kafka transaction it left open), then reads the slot's last
+// committed checkpoint and has p skip every transaction at or before it,
+// which PostgreSQL sends again from the slot's older position.
+func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline) error {
+	c, log := eo.c, eo.log
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := eo.txp.Fence(ctx); err != nil {
+		return err
 	}
-	cp, err := sink.ReadCheckpoint(ctx, admin, c.CheckpointTopic, c.Slot)
+	cp, err := sink.ReadCheckpoint(ctx, eo.admin, c.CheckpointTopic, c.Slot)
 	if err != nil {
-		return txp, sink.Checkpoint{}, err
+		return err
 	}
-	if cp.Found && cp.Origin != origin {
+	if cp.Found && cp.Origin != eo.origin {
 		log.Warn("exactly-once delivery: the Kafka checkpoint of this slot is of another outbox table, database or cluster (a restore, pg_upgrade, or another server with a slot of the same name), "+
 			"whose LSNs mean nothing here: it is ignored, and nothing is skipped", "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN,
-			"checkpoint_origin", cp.Origin, "origin", origin)
+			"checkpoint_origin", cp.Origin, "origin", eo.origin)
 		cp = sink.Checkpoint{}
 	}
 	if cp.Found {
@@ -368,8 +385,9 @@ func startTransactions(ctx context.Context, c *runConfig, cfg sink.Config, kafka
 	} else {
 		log.Info("exactly-once delivery: no checkpoint for the slot in Kafka yet", "transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic)
 	}
-	txp.SetCheckpoint(cp.LSN)
-	return txp, cp, nil
+	eo.txp.SetCheckpoint(cp.LSN)
+	p.SkipThrough(cp.LSN)
+	return nil
 }
 
 // loop adds to g a loop that runs until told to stop and never fails.

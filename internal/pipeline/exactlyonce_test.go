@@ -54,11 +54,11 @@ func newExactlyOnce(t *testing.T, skipThrough pglogrepl.LSN, maxInflight int) (*
 		Mapping:    mapping.DefaultConfig(),
 		OnBadEvent: DeadLetter, DeadLetterTopic: "dlq",
 		MaxInflightEvents: maxInflight, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
-		SkipThrough: skipThrough,
 	}, ck, newFakeCatalog(), s, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.SkipThrough(skipThrough)
 	return p, ck, s
 }
 

@@ -46,10 +46,6 @@ type Config struct {
 	// MaxRecordBytes is the largest record the broker accepts
 	// (message.max.bytes); larger rows are bad events before they are sent.
 	MaxRecordBytes int
-	// SkipThrough is, in exactly-once delivery, the position the Kafka
-	// checkpoint holds: every transaction that ended at or before it is in
-	// Kafka already, so one the server sends again is skipped.
-	SkipThrough pglogrepl.LSN
 	// Explain renders an error where the pipeline speaks itself (a
 	// dead-letter record's error header, the log), with what to do: the
 	// command's advice. nil renders err.Error().
@@ -203,13 +199,19 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 	}
 	p.promise = p.ack
 	if txp, ok := sink.(Transactional); ok {
-		p.txp, p.through = txp, cfg.SkipThrough
+		p.txp = txp
 	}
 	if p.explain = cfg.Explain; p.explain == nil {
 		p.explain = func(err error) string { return err.Error() }
 	}
 	return p, nil
 }
+
+// SkipThrough sets, in exactly-once delivery, the position the Kafka
+// checkpoint holds: every transaction that ended at or before it is in
+// Kafka already, so one the server sends again is skipped. Call it from
+// the replication goroutine, before the first message.
+func (p *Pipeline) SkipThrough(lsn pglogrepl.LSN) { p.through = max(p.through, lsn) }
 
 // SkippedTransactions counts, in exactly-once delivery, the transactions
 // the server sent again that Kafka already held.

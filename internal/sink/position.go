@@ -79,10 +79,17 @@ func EnsureCheckpointTopic(ctx context.Context, cfg Config, topic string) error 
 	return nil
 }
 
-// ReadCheckpoint reads the checkpoint topic to its end, as a
-// read_committed consumer does, and returns the last checkpoint of key.
-// Call it after Fence: a transaction the previous instance left open is
-// aborted then, so the last stable offset is the end of what was committed.
+// ReadCheckpoint reads the checkpoint topic to its end and returns the
+// last committed checkpoint of key. Call it after Fence, so that no
+// transaction of this transactional id is left undecided.
+//
+// It does not read as a read_committed consumer does: that consumer stops
+// at the last stable offset, which any open transaction on the partition
+// holds back, and the topic is shared by every slot (a killed instance of
+// another slot leaves its transaction open until the broker times it out).
+// It reads everything to the high watermark instead, with the transaction
+// markers, and takes a checkpoint only once its producer's commit marker
+// follows it; an aborted or undecided one is passed over.
 func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpoint, error) {
 	fail := func(op string, err error) (Checkpoint, error) {
 		return Checkpoint{}, &CheckpointError{Topic: topic, Op: op, Err: err}
@@ -92,23 +99,20 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 		return fail("connect", err)
 	}
 	defer admCl.Close()
-	ends, err := kadm.NewClient(admCl).ListCommittedOffsets(ctx, topic)
+	ends, err := kadm.NewClient(admCl).ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return fail("list its last stable offsets", err)
+		return fail("list its end offsets", err)
 	}
-	// The offset of the last record (data or transaction marker) below
-	// each partition's last stable offset.
-	want := map[int32]map[int32]kgo.Offset{}
+	// The offset of the last record (data or transaction marker) of each
+	// partition.
+	parts := map[int32]kgo.Offset{}
 	last := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Offset > 0 {
-			if want[0] == nil {
-				want[0] = map[int32]kgo.Offset{}
-			}
-			want[0][o.Partition] = kgo.NewOffset().AtStart()
+			parts[o.Partition] = kgo.NewOffset().AtStart()
 			last[o.Partition] = o.Offset - 1
 		}
 	})
@@ -116,12 +120,9 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 	if len(last) == 0 {
 		return cp, nil
 	}
-	parts := map[string]map[int32]kgo.Offset{topic: want[0]}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ConsumePartitions(parts),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Transaction markers come back too, so the end is seen even when
-		// the last thing below the stable offset is a marker.
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.KeepControlRecords(),
 		kgo.FetchMaxWait(time.Second),
 	}, cfg.Opts...)...)
@@ -129,10 +130,11 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 		return fail("connect", err)
 	}
 	defer cl.Close()
+	// A transactional producer's checkpoint waits here for its marker.
+	pending := map[int64]Checkpoint{}
 	for len(last) > 0 {
-		// A poll that brings nothing in checkpointQuiet means the broker
-		// has no committed record beyond what was read: the records below
-		// the stable offset that are missing were compacted away.
+		// A poll that brings nothing in checkpointQuiet means there is
+		// nothing more: the last records were compacted away.
 		pctx, cancel := context.WithTimeout(ctx, checkpointQuiet)
 		fetches := cl.PollFetches(pctx)
 		cancel()
@@ -155,15 +157,30 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 			if end, ok := last[r.Partition]; ok && r.Offset >= end {
 				delete(last, r.Partition)
 			}
-			if r.Attrs.IsControl() || string(r.Key) != key {
-				return
+			switch {
+			case r.Attrs.IsControl():
+				// The key of a transaction marker: version, then type
+				// (0 abort, 1 commit), two bytes each.
+				if p, ok := pending[r.ProducerID]; ok {
+					if len(r.Key) >= 4 && r.Key[3] == 1 {
+						cp = p
+					}
+					delete(pending, r.ProducerID)
+				}
+			case string(r.Key) != key:
+			default:
+				lsn, origin, perr := ParseCheckpoint(r.Value)
+				if perr != nil {
+					err = perr
+					return
+				}
+				c := Checkpoint{LSN: lsn, Found: true, Origin: origin, At: r.Timestamp}
+				if r.Attrs.IsTransactional() {
+					pending[r.ProducerID] = c
+				} else {
+					cp = c
+				}
 			}
-			lsn, origin, perr := ParseCheckpoint(r.Value)
-			if perr != nil {
-				err = perr
-				return
-			}
-			cp = Checkpoint{LSN: lsn, Found: true, Origin: origin, At: r.Timestamp}
 		})
 		if err != nil {
 			return fail("read it", err)

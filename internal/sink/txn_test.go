@@ -153,3 +153,47 @@ func hasConfig(cs []kadm.Config, key, value string) bool {
 	}
 	return false
 }
+
+// TestReadCheckpointPastOpenTransactions: the checkpoint topic is shared by
+// every slot. Another producer's transaction left open on it (a killed
+// instance of another slot, until the broker times it out) holds back the
+// last stable offset, where a read_committed consumer stops; the slot's
+// checkpoint committed after it is still read. A checkpoint of an aborted
+// transaction is passed over, and so is one whose transaction is still
+// open.
+func TestReadCheckpointPastOpenTransactions(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	checkpoints := testenv.Name("checkpoints")
+	cfg := sink.Config{Brokers: testenv.KafkaBrokers(t)}
+	if err := sink.EnsureCheckpointTopic(ctx, cfg, checkpoints); err != nil {
+		t.Fatal(err)
+	}
+	inTxn := func(id string, end *kgo.TransactionEndTry, records ...*kgo.Record) *kgo.Client {
+		cl := testenv.KafkaClient(t, kgo.TransactionalID(id))
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, records...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if end != nil {
+			if err := cl.EndTransaction(ctx, *end); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cl
+	}
+	commit, abort := kgo.TryCommit, kgo.TryAbort
+	inTxn(testenv.Name("other"), nil, sink.CheckpointRecord(checkpoints, "slot_other", "9/9/9", 0x100)) // left open
+	mine := testenv.Name("mine")
+	inTxn(mine, &commit, sink.CheckpointRecord(checkpoints, "slot_a", "1/2/3", 0x900))
+	inTxn(mine, &abort, sink.CheckpointRecord(checkpoints, "slot_a", "1/2/3", 0xA00))
+	inTxn(mine+"x", nil, sink.CheckpointRecord(checkpoints, "slot_a", "1/2/3", 0xB00)) // undecided
+
+	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a")
+	if err != nil || !cp.Found || cp.LSN != 0x900 {
+		t.Fatalf("checkpoint %+v, %v; want the committed 0/900", cp, err)
+	}
+}
