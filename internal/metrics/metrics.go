@@ -110,8 +110,10 @@ type Metrics struct {
 }
 
 // LatencyBuckets resolve a 5 ms p99 and still cover multi-second outages.
+// The steps at 150 and 200 ms resolve exactly-once delivery's latency,
+// which waits for a Kafka commit every 100 ms by default.
 var LatencyBuckets = []float64{0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
-	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	0.1, 0.15, 0.2, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // New creates every metric on reg.
 func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
