@@ -45,13 +45,24 @@ func TestTransactionalCommitsWholeTransactionsWithTheirCheckpoint(t *testing.T) 
 	if err := sink.EnsureCheckpointTopic(ctx, cfg, checkpoints); err != nil {
 		t.Fatalf("the checkpoint topic exists: %v", err)
 	}
+	// A topic just created may not be described yet: poll.
 	adm := kadm.NewClient(testenv.KafkaClient(t))
-	configs, err := adm.DescribeTopicConfigs(ctx, checkpoints)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, err := configs.On(checkpoints, nil); err != nil || !hasConfig(c.Configs, "cleanup.policy", "compact") {
-		t.Fatalf("the checkpoint topic is not compacted: %v %v", c.Configs, err)
+	for compacted := false; !compacted; {
+		configs, err := adm.DescribeTopicConfigs(ctx, checkpoints)
+		if err == nil {
+			c, cerr := configs.On(checkpoints, nil)
+			compacted = cerr == nil && hasConfig(c.Configs, "cleanup.policy", "compact")
+			if cerr == nil && len(c.Configs) > 0 && !compacted {
+				t.Fatalf("the checkpoint topic is not compacted: %v", c.Configs)
+			}
+		}
+		if !compacted {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the checkpoint topic's configuration: %v", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
 	if cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a"); err != nil || cp.Found {
 		t.Fatalf("a new checkpoint topic: %+v, %v", cp, err)
