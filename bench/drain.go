@@ -13,7 +13,14 @@ const (
 	readerRecvlogical = "pg_recvlogical"
 	readerGo          = "Go reader"
 	readerStreamer    = "streamer"
+	// readerStreamerEO is the streamer in exactly-once delivery, measured
+	// in the same run as the default at-least-once.
+	readerStreamerEO = "streamer, exactly-once"
 )
+
+// exactlyOnceFlags are the flags of the exactly-once streamer runs; the
+// defaults of everything else, --transaction-interval included.
+var exactlyOnceFlags = []string{"--delivery", "exactly-once"}
 
 // readerRun is one reader's pass over a backlog.
 type readerRun struct {
@@ -90,8 +97,9 @@ func (b *bench) drain(ctx context.Context, recvlogical string, n, perTx int, ord
 		readerRecvlogical: b.slot(tag + "_recvlogical"),
 		readerGo:          b.slot(tag + "_goreader"),
 		readerStreamer:    b.slot(tag + "_streamer"),
+		readerStreamerEO:  b.slot(tag + "_streamer_eo"),
 	}
-	for _, r := range []string{readerStreamer, readerRecvlogical, readerGo} {
+	for _, r := range []string{readerStreamer, readerStreamerEO, readerRecvlogical, readerGo} {
 		if err := b.createSlot(ctx, slots[r]); err != nil {
 			return d, fmt.Errorf("create slot: %w", err)
 		}
@@ -130,6 +138,8 @@ func (b *bench) drain(ctx context.Context, recvlogical string, n, perTx int, ord
 			r, err = b.drainGoReader(ctx, slots[name], n, end)
 		case readerStreamer:
 			r, err = b.drainStreamer(ctx, slots[name], n, drainResult{perTx: perTx}.name())
+		case readerStreamerEO:
+			r, err = b.drainStreamer(ctx, slots[name], n, "", exactlyOnceFlags...)
 		}
 		if err != nil {
 			return d, fmt.Errorf("%s: %w", name, err)
@@ -169,18 +179,26 @@ func (b *bench) drainGoReader(ctx context.Context, slot string, n int, end pglog
 // drainStreamer times the streamer from process start until its metrics
 // say Kafka acknowledged the whole backlog. Scraping every 100 ms bounds the
 // timing error to about that.
-func (b *bench) drainStreamer(ctx context.Context, slot string, n int, phase string) (readerRun, error) {
+// drainStreamer measures the streamer, started with extra flags, on the
+// backlog of slot; phase names its CPU profile ("" takes none: the
+// exactly-once runs are not profiled).
+func (b *bench) drainStreamer(ctx context.Context, slot string, n int, phase string, extra ...string) (readerRun, error) {
 	r := readerRun{name: readerStreamer}
+	if len(extra) > 0 {
+		r.name = readerStreamerEO
+	}
 	ws := sampleWalsender(ctx, b.pool, slot)
 	defer ws.stop()
-	s, err := b.startStreamer(slot)
+	s, err := b.startStreamer(slot, extra...)
 	if err != nil {
 		return r, err
 	}
 	defer func() { _ = b.stopStreamer(s, 60*time.Second) }()
-	// Profile the first seconds of the drain, while the backlog is large.
-	profiled := b.cpuProfile(ctx, s, phase, 10*time.Second)
-	defer profiled()
+	if phase != "" {
+		// Profile the first seconds of the drain, while the backlog is large.
+		profiled := b.cpuProfile(ctx, s, phase, 10*time.Second)
+		defer profiled()
+	}
 	lastLog := time.Now()
 	for {
 		if s.exited() {

@@ -15,6 +15,11 @@
 // With -debezium it runs instead the comparison with Debezium Server
 // (debezium.go; make bench-debezium) and writes debezium.md.
 //
+// The drain and the steady load also run the streamer in exactly-once
+// delivery (--delivery exactly-once), beside the default at-least-once in
+// the same run: its drain is held to a share of at-least-once's, its p99
+// to twice the transaction interval.
+//
 // It needs a PostgreSQL superuser URL in CDC_OUTBOX_TEST_POSTGRES_URL and a
 // broker in CDC_OUTBOX_TEST_KAFKA_BROKERS; `make bench` starts local ones.
 // Everything it creates (a bench_<random> database, its slots, its topics)
@@ -240,8 +245,8 @@ func (b *bench) runPhases(ctx context.Context, o options, res *results) error {
 		// The readers take turns in a different order per workload, so
 		// that neither a warm page cache nor a cold start favours one.
 		orders := [][]string{
-			{readerRecvlogical, readerStreamer, readerGo},
-			{readerGo, readerStreamer, readerRecvlogical},
+			{readerRecvlogical, readerStreamer, readerStreamerEO, readerGo},
+			{readerGo, readerStreamerEO, readerStreamer, readerRecvlogical},
 		}
 		for i, perTx := range []int{1, 100} {
 			d, err := b.drain(ctx, rl, o.events, perTx, orders[i])

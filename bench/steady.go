@@ -22,6 +22,7 @@ const (
 
 // steadyResult is one fixed-rate load.
 type steadyResult struct {
+	reader   string  // readerStreamer or readerStreamerEO
 	rate     int     // requested events/s
 	achieved float64 // committed events/s
 	events   int     // acknowledged by Kafka during the window
@@ -42,6 +43,14 @@ type steadyResult struct {
 	// ref is the reference at the same rate: commit to arrival at a client
 	// that does nothing, the walsender's share of the latency.
 	ref reference
+}
+
+// name is the streamer's row label: at-least-once unless said.
+func (s steadyResult) name() string {
+	if s.reader == "" {
+		return readerStreamer
+	}
+	return s.reader
 }
 
 // reference is the steady-load reference's latency at one rate.
@@ -87,12 +96,14 @@ func (b *bench) steadyLoads(ctx context.Context, rates []int, d time.Duration) (
 		if err != nil {
 			return out, fmt.Errorf("%d events/s, reference: %w", rate, err)
 		}
-		r, err := b.steady(ctx, aggType, rate, d)
-		if err != nil {
-			return out, fmt.Errorf("%d events/s: %w", rate, err)
+		for _, reader := range []string{readerStreamer, readerStreamerEO} {
+			r, err := b.steady(ctx, aggType, rate, d, reader)
+			if err != nil {
+				return out, fmt.Errorf("%d events/s, %s: %w", rate, reader, err)
+			}
+			r.ref = ref
+			out = append(out, r)
 		}
-		r.ref = ref
-		out = append(out, r)
 	}
 	return out, nil
 }
@@ -155,15 +166,20 @@ func exactQuantile(q float64, samples []time.Duration) quant {
 	return quant{sec: s[max(i, 0)].Seconds()}
 }
 
-func (b *bench) steady(ctx context.Context, aggType string, rate int, d time.Duration) (steadyResult, error) {
-	r := steadyResult{rate: rate}
-	slot := b.slot(fmt.Sprintf("steady%d_streamer", rate))
+func (b *bench) steady(ctx context.Context, aggType string, rate int, d time.Duration, reader string) (steadyResult, error) {
+	r := steadyResult{rate: rate, reader: reader}
+	var extra []string
+	tag := "streamer"
+	if reader == readerStreamerEO {
+		extra, tag = exactlyOnceFlags, "streamer_eo"
+	}
+	slot := b.slot(fmt.Sprintf("steady%d_%s", rate, tag))
 	if err := b.createSlot(ctx, slot); err != nil {
 		return r, err
 	}
 	defer func() { _ = b.dropSlot(context.Background(), slot) }()
-	progress("steady %d/s: starting the streamer", rate)
-	s, err := b.startStreamer(slot)
+	progress("steady %d/s: starting the %s", rate, reader)
+	s, err := b.startStreamer(slot, extra...)
 	if err != nil {
 		return r, err
 	}
@@ -206,7 +222,9 @@ wait:
 				return r, err
 			}
 			r.machine = watch()
-			profiled = b.cpuProfile(ctx, s, fmt.Sprintf("steady %d per second", rate), d/2-time.Second)
+			if reader == readerStreamer { // one profile per rate: at-least-once's
+				profiled = b.cpuProfile(ctx, s, fmt.Sprintf("steady %d per second", rate), d/2-time.Second)
+			}
 		case <-tick.C:
 			progress("  steady %d/s: %d events committed", rate, written.Load())
 		}
@@ -258,11 +276,11 @@ wait:
 	hist := deltaBuckets(after.histogram(latencyMetric), before.histogram(latencyMetric))
 	r.p50, r.p99, r.p999 = quantileOf(0.50, hist), quantileOf(0.99, hist), quantileOf(0.999, hist)
 	r.recvP99 = quantileOf(0.99, deltaBuckets(after.histogram(receiveMetric), before.histogram(receiveMetric)))
-	progress("steady %d/s: achieved %.0f/s; latency p50 %s p99 %s p99.9 %s (p99 commit to arrival %s); %.1f µs CPU/event; peak RSS %.1f MiB; %s",
-		rate, r.achieved, r.p50, r.p99, r.p999, r.recvP99, r.cpuPerEvent, r.rssMiB, r.machine)
+	progress("steady %d/s, %s: achieved %.0f/s; latency p50 %s p99 %s p99.9 %s (p99 commit to arrival %s); %.1f µs CPU/event; peak RSS %.1f MiB; %s",
+		rate, reader, r.achieved, r.p50, r.p99, r.p999, r.recvP99, r.cpuPerEvent, r.rssMiB, r.machine)
 	c := r.perEvent
-	progress("steady %d/s: per event: %.2f reads, %.2f writes, %.2f wake-ups, %.2f preemptions, %.3f produce requests; %.1f status updates/s",
-		rate, c.reads, c.writes, c.wakeups, c.preempted, c.produces, r.statusPerSec)
+	progress("steady %d/s, %s: per event: %.2f reads, %.2f writes, %.2f wake-ups, %.2f preemptions, %.3f produce requests; %.1f status updates/s",
+		rate, reader, c.reads, c.writes, c.wakeups, c.preempted, c.produces, r.statusPerSec)
 	return r, b.stopStreamer(s, 60*time.Second)
 }
 

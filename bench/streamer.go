@@ -25,14 +25,15 @@ type streamer struct {
 }
 
 // startStreamer starts the binary on slot with the bench's topic template
-// and its metrics endpoint on a free loopback port. Everything else is the
-// binary's defaults, which is what is being measured.
-func (b *bench) startStreamer(slot string) (*streamer, error) {
-	return b.startStreamerTo(slot, b.prefix+".{aggregate_type}")
+// and its metrics endpoint on a free loopback port, and extra flags.
+// Everything else is the binary's defaults, which is what is being
+// measured.
+func (b *bench) startStreamer(slot string, extra ...string) (*streamer, error) {
+	return b.startStreamerTo(slot, b.prefix+".{aggregate_type}", extra...)
 }
 
 // startStreamerTo is startStreamer with another --topic template.
-func (b *bench) startStreamerTo(slot, topic string) (*streamer, error) {
+func (b *bench) startStreamerTo(slot, topic string, extra ...string) (*streamer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -55,7 +56,7 @@ func (b *bench) startStreamerTo(slot, topic string) (*streamer, error) {
 		"--http-addr", s.addr,
 		"--pprof",
 		"--log-format", "json",
-	}, b.streamerFlags...)
+	}, append(b.streamerFlags[:len(b.streamerFlags):len(b.streamerFlags)], extra...)...)
 	s.cmd = exec.Command(b.bin, args...)
 	s.cmd.Env = streamerEnv()
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf

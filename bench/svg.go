@@ -71,6 +71,7 @@ func chart(r *results) string {
 			{readerRecvlogical, "#9e9e9e"},
 			{readerGo, "#4c78a8"},
 			{readerStreamer, "#f58518"},
+			{readerStreamerEO, "#b279a2"},
 		},
 		valueLabel: shortNumber,
 		tickLabel:  shortNumber,
@@ -107,6 +108,9 @@ func chart(r *results) string {
 	}
 	for _, s := range r.steady {
 		g := barGroup{label: thousands(float64(s.rate)) + " events/s", sublabel: fmt.Sprintf("achieved %s/s", thousands(s.achieved))}
+		if s.reader == readerStreamerEO {
+			g.label += ", exactly-once"
+		}
 		for _, q := range []quant{s.p50, s.p99, s.p999} {
 			g.values = append(g.values, q.sec*1000)
 			if q.sec*1000 > 10*lat.ref.value {

@@ -19,18 +19,22 @@ func sampleResults() *results {
 			{perTx: 1, events: 1000000, writeTime: time.Minute, walBytes: 400 << 20, readers: []readerRun{
 				{name: readerRecvlogical, wall: 10 * time.Second, events: 1000000, cpu: time.Second, walsenderCPU: 9 * time.Second},
 				{name: readerStreamer, wall: 12 * time.Second, events: 1000000, cpu: 6 * time.Second, walsenderCPU: 9 * time.Second, rssMiB: 40},
+				{name: readerStreamerEO, wall: 15 * time.Second, events: 1000000, cpu: 7 * time.Second, rssMiB: 45},
 				{name: readerGo, wall: 9 * time.Second, events: 1000000, cpu: 2 * time.Second},
 			}},
 			{perTx: 100, events: 1000000, readers: []readerRun{
 				{name: readerGo, wall: 5 * time.Second, events: 1000000},
 				{name: readerStreamer, wall: 5 * time.Second, events: 1000000, cpu: 4 * time.Second, rssMiB: 70},
+				{name: readerStreamerEO, wall: 10 * time.Second, events: 1000000, cpu: 5 * time.Second, rssMiB: 50},
 				{name: readerRecvlogical, wall: 4 * time.Second, events: 1000000},
 			}},
 		},
 		steady: []steadyResult{
 			{rate: 1000, achieved: 999.6, events: 60000, p50: quant{sec: 0.004}, p99: quant{sec: 0.009}, p999: quant{sec: 0.014}, cpuPerEvent: 50, rssMiB: 30},
+			{reader: readerStreamerEO, rate: 1000, achieved: 999.6, events: 60000, p50: quant{sec: 0.06}, p99: quant{sec: 0.15}, p999: quant{sec: 0.18}, cpuPerEvent: 25, rssMiB: 31},
 			{rate: 5000, achieved: 4990, events: 300000, p50: quant{sec: 0.005}, p99: quant{sec: 0.025}, p999: quant{sec: 60, over: true}, cpuPerEvent: 7.5, rssMiB: 35,
 				recvP99: quant{sec: 0.02}, ref: reference{p50: quant{sec: 0.001}, p99: quant{sec: 0.005}}},
+			{reader: readerStreamerEO, rate: 5000, achieved: 4990, events: 300000, p50: quant{sec: 0.07}, p99: quant{sec: 0.18}, p999: quant{sec: 0.19}, cpuPerEvent: 9, rssMiB: 36},
 		},
 		idle:  &idleResult{window: 30 * time.Second, cpuShare: 0.001},
 		crash: &crashResult{rate: 2000, duration: 10 * time.Second, written: 20000, records: 20300, duplicates: 300},
@@ -129,7 +133,10 @@ func TestChartSwitchesToLogScaleForFarMisses(t *testing.T) {
 	if !strings.Contains(s, "log scale") {
 		t.Error("a latency 3000× the target is drawn on a linear axis")
 	}
-	r.steady[1].p999 = quant{sec: 0.03}
+	r.steady[2].p999 = quant{sec: 0.03} // 5,000/s, at-least-once
+	for _, i := range []int{1, 3} {     // exactly-once, within 10× the 15 ms target
+		r.steady[i].p99, r.steady[i].p999 = quant{sec: 0.12}, quant{sec: 0.14}
+	}
 	if s := chart(r); strings.Contains(s, "log scale") {
 		t.Error("latencies near the target are drawn on a log axis")
 	}

@@ -355,6 +355,45 @@ func TestEachEventProcessedOnce(t *testing.T) {
 	}
 }
 
+// TestReadsCommittedOnly: a record of an aborted Kafka transaction is
+// never handled; one of a committed transaction and one written without a
+// transaction are.
+func TestReadsCommittedOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	txn := kafkaClient(t, kgo.TransactionalID(pgtest.Name("txn")))
+	for _, tc := range []struct {
+		id     string
+		commit kgo.TransactionEndTry
+	}{{"aborted-1", kgo.TryAbort}, {"committed-1", kgo.TryCommit}} {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.ProduceSync(ctx, event{id: tc.id, key: "k", amount: 1}.record(e.topic)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctx, tc.commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.produce(event{id: "plain-1", key: "k", amount: 1})
+
+	var seen []string
+	c := e.consumer(e.config(func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		ev, _ := eventKey(r)
+		seen = append(seen, ev.id)
+		return bill(ctx, tx, r)
+	}))
+	if err := runUntil(t, c, func() bool { return stats(c).processed.Load() == 2 }); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if strings.Join(seen, " ") != "committed-1 plain-1" {
+		t.Fatalf("handled %v, want [committed-1 plain-1]", seen)
+	}
+}
+
 // TestRetryThenSuccess: a handler that writes and then fails twice leaves
 // nothing behind; the third attempt processes the event once.
 func TestRetryThenSuccess(t *testing.T) {

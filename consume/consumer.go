@@ -74,6 +74,11 @@ func New(cfg Config) (*Consumer, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+		// Records of aborted Kafka transactions are never handled: with
+		// cdc-outbox's exactly-once delivery they are sent again in a
+		// later transaction. Records written without transactions are read
+		// as soon as they are (ExtraOpts may say otherwise).
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	}
 	opts = append(opts, cfg.ExtraOpts...)
 	opts = append(opts,

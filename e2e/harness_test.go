@@ -371,8 +371,9 @@ func (v verdict) String() string {
 
 // verify consumes the topics of the given aggregate types until every
 // written event has arrived or timeout, and checks per-aggregate order of
-// first deliveries. It returns everything delivered, by event id.
-func (wl *workload) verify(types []string, timeout time.Duration) (verdict, map[string][]delivered) {
+// first deliveries. It returns everything delivered, by event id. opts are
+// added to the consumer's (kgo.FetchIsolationLevel for read_committed).
+func (wl *workload) verify(types []string, timeout time.Duration, opts ...kgo.Opt) (verdict, map[string][]delivered) {
 	t := wl.e.t
 	t.Helper()
 	wl.mu.Lock()
@@ -386,8 +387,8 @@ func (wl *workload) verify(types []string, timeout time.Duration) (verdict, map[
 	for _, typ := range types {
 		topics = append(topics, wl.e.topic(typ))
 	}
-	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.AllowAutoTopicCreation(), kgo.MetadataMinAge(250*time.Millisecond))
+	cl := testenv.KafkaClient(t, append([]kgo.Opt{kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.AllowAutoTopicCreation(), kgo.MetadataMinAge(250 * time.Millisecond)}, opts...)...)
 	got := map[string][]delivered{}
 	lastSeq := map[string]int{}
 	v := verdict{expected: len(want)}

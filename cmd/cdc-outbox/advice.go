@@ -50,6 +50,13 @@ func advise(err error) []string {
 		return []string{"; shrink the payload, or raise --max-record-bytes together with the broker's message.max.bytes (keep it at or below that)"}
 	case *pipeline.RefusedError:
 		return nonEmpty(kafkaRefusal(e.Err))
+	case *sink.TxError:
+		return append(advise(e.Err), txAdvice(e))
+	case *sink.RecordError:
+		return []string{"; in exactly-once delivery a record the broker refuses aborts its whole Kafka transaction and stops the stream (nothing is confirmed past it)" +
+			kafkaRefusal(e.Err)}
+	case *sink.CheckpointError:
+		return append(advise(e.Err), checkpointAdvice(e))
 	case *republish.BadEventError:
 		return append(advise(e.Err), "; fix the row (or the configuration) and run again with --after-id before it, "+
 			"or with --on-bad-event=dead-letter to set such events aside")
@@ -205,6 +212,38 @@ func kafkaRefusal(err error) string {
 		return "; the broker does not accept this topic name (invalid, or an internal topic such as __consumer_offsets): check --topic and the row's columns it uses"
 	}
 	return kafkaFault(err)
+}
+
+// txAdvice says what to do about a failure of exactly-once delivery.
+func txAdvice(e *sink.TxError) string {
+	var refused *sink.RecordError
+	switch {
+	case errors.As(e.Err, &refused):
+		return "" // its own advice says it
+	case e.Fenced():
+		return "; another instance registered the same transactional id (--transactional-id, by default from --slot) and took over: " +
+			"this instance was fenced and stops without writing. If it should be the one running, stop the other and start this one again"
+	case errors.Is(e.Err, kerr.InvalidTransactionTimeout):
+		return "; the broker's transaction.max.timeout.ms is below the producer's transaction timeout (40s): raise it on the broker"
+	case errors.Is(e.Err, kerr.TransactionalIDAuthorizationFailed):
+		return "; grant the producer WRITE and DESCRIBE on the transactional id (ACL resource TransactionalId, --transactional-id)"
+	case errors.Is(e.Err, kerr.ClusterAuthorizationFailed):
+		return "; grant the producer IDEMPOTENT_WRITE on the cluster, or WRITE on the transactional id (--transactional-id)"
+	}
+	return "; the Kafka transaction was aborted or its outcome is unknown, and no position past it was confirmed: " +
+		"start cdc-outbox again, it resumes from the checkpoint in Kafka (--checkpoint-topic)"
+}
+
+// checkpointAdvice says what to do when the checkpoint topic cannot be
+// created or read.
+func checkpointAdvice(e *sink.CheckpointError) string {
+	switch {
+	case errors.Is(e.Err, kerr.TopicAuthorizationFailed):
+		return "; grant the producer READ and WRITE (and CREATE, or create it yourself, compacted) on --checkpoint-topic"
+	case errors.Is(e.Err, kerr.ClusterAuthorizationFailed):
+		return "; create --checkpoint-topic yourself with cleanup.policy=compact, or grant the producer CREATE on the cluster"
+	}
+	return "; exactly-once delivery reads its position from --checkpoint-topic at start: check that the brokers answer and the topic can be read"
 }
 
 // kafkaFault says what to check for an error of reaching the brokers that

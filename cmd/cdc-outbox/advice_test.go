@@ -16,6 +16,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
@@ -143,6 +144,33 @@ func TestAdvice(t *testing.T) {
 		{"cluster: SASL", &pipeline.ProduceError{EventID: "7", Err: &pipeline.RefusedError{Topic: "t", Err: kerr.SaslAuthenticationFailed}},
 			"; SASL authentication failed: check --kafka-sasl-username and the password (--kafka-sasl-password-file or --kafka-sasl-password), " +
 				"that the user exists on the broker with credentials for --kafka-sasl-mechanism, and that --kafka-brokers names its SASL listener"},
+
+		// Exactly-once delivery (sink.Transactional).
+		{"fenced: produce", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "produce", Err: kerr.InvalidProducerEpoch},
+			"; another instance registered the same transactional id (--transactional-id, by default from --slot) and took over: " +
+				"this instance was fenced and stops without writing. If it should be the one running, stop the other and start this one again"},
+		{"fenced: commit", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "commit", Err: fmt.Errorf("end: %w", kerr.ProducerFenced)},
+			"; another instance registered the same transactional id (--transactional-id, by default from --slot) and took over: " +
+				"this instance was fenced and stops without writing. If it should be the one running, stop the other and start this one again"},
+		{"transaction timeout", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "register", Err: kerr.InvalidTransactionTimeout},
+			"; the broker's transaction.max.timeout.ms is below the producer's transaction timeout (40s): raise it on the broker"},
+		{"transactional id ACL", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "register", Err: kerr.TransactionalIDAuthorizationFailed},
+			"; grant the producer WRITE and DESCRIBE on the transactional id (ACL resource TransactionalId, --transactional-id)"},
+		{"cluster ACL", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "register", Err: kerr.ClusterAuthorizationFailed},
+			"; grant the producer IDEMPOTENT_WRITE on the cluster, or WRITE on the transactional id (--transactional-id)"},
+		{"commit unknown", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "commit", Err: kerr.UnknownServerError},
+			"; the Kafka transaction was aborted or its outcome is unknown, and no position past it was confirmed: " +
+				"start cdc-outbox again, it resumes from the checkpoint in Kafka (--checkpoint-topic)"},
+		{"refused in a transaction", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "produce", Err: &sink.RecordError{Topic: "t", Err: kerr.MessageTooLarge}},
+			"; in exactly-once delivery a record the broker refuses aborts its whole Kafka transaction and stops the stream (nothing is confirmed past it)" +
+				"; the topic's max.message.bytes (or the broker's message.max.bytes) is below --max-record-bytes: lower --max-record-bytes to match, " +
+				"so such rows are caught as bad events before they are sent, or raise the topic's limit"},
+		{"checkpoint topic ACL", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "read it", Err: kerr.TopicAuthorizationFailed},
+			"; grant the producer READ and WRITE (and CREATE, or create it yourself, compacted) on --checkpoint-topic"},
+		{"checkpoint topic create", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "create", Err: kerr.ClusterAuthorizationFailed},
+			"; create --checkpoint-topic yourself with cleanup.policy=compact, or grant the producer CREATE on the cluster"},
+		{"checkpoint topic other", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "read it", Err: errors.New("dial: refused")},
+			"; exactly-once delivery reads its position from --checkpoint-topic at start: check that the brokers answer and the topic can be read"},
 
 		// Re-publishing from the table (republish).
 		{"republish: bad row", &republish.BadEventError{EventID: "42", Err: &mapping.BadEventError{EventID: "42", Column: "payload", Reason: "is NULL"}},

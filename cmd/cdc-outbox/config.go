@@ -48,6 +48,11 @@ type runConfig struct {
 	OnBadEvent      string
 	DeadLetterTopic string
 
+	Delivery            string
+	TransactionalID     string
+	CheckpointTopic     string
+	TransactionInterval time.Duration
+
 	MaxInflightEvents int
 	MaxInflightBytes  int
 	StatusInterval    time.Duration
@@ -81,6 +86,10 @@ func runFlags(c *runConfig) *flags {
 	kafkaFlags(f, c)
 	mappingFlags(f, c)
 
+	deliveryFlags(f, c)
+	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<slot>")
+	f.Duration(&c.TransactionInterval, "transaction-interval", 100*time.Millisecond, "exactly-once: least time between Kafka transaction commits (sooner when half of --max-inflight-events wait); "+
+		"longer means bigger transactions and more latency")
 	f.Int(&c.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading pauses")
 	f.Int(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "`bytes` sent but not yet acknowledged before reading pauses")
 	f.Duration(&c.StatusInterval, "status-interval", 200*time.Millisecond, "least time between position updates to PostgreSQL; smaller means fewer repeats after a crash")
@@ -107,7 +116,12 @@ func kafkaFlags(f *flags, c *runConfig) {
 	f.String(&c.KafkaCompression, "kafka-compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
 	f.Bool(&c.KafkaAutoCreateTopics, "kafka-auto-create-topics", true, "let the broker create missing topics (where its auto.create.topics.enable allows)")
 	f.Int(&c.MaxRecordBytes, "max-record-bytes", 1048576, "largest record to send, in `bytes`; keep it at or below the broker's message.max.bytes. Larger rows are bad events")
+	kafkaSecurityFlags(f, c)
+}
 
+// kafkaSecurityFlags are the flags of a Kafka connection's TLS and SASL,
+// the producer's and status's.
+func kafkaSecurityFlags(f *flags, c *runConfig) {
 	f.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to the brokers with TLS (their SSL or SASL_SSL listener), verifying their certificates with the system's CAs or --kafka-tls-ca-file")
 	f.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM `file` of the CA certificates that verify the brokers, instead of the system's; needs --kafka-tls")
 	f.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM `file` of a client certificate, for brokers that require one (ssl.client.auth); needs --kafka-tls-key-file")
@@ -138,6 +152,14 @@ func mappingFlags(f *flags, c *runConfig) {
 
 	f.String(&c.OnBadEvent, "on-bad-event", pipeline.Fail, "what to do with a row that cannot be published: fail (stop, confirm nothing past it) or dead-letter")
 	f.String(&c.DeadLetterTopic, "dead-letter-topic", "outbox.dead-letter", "`topic` for bad rows under --on-bad-event=dead-letter")
+}
+
+// deliveryFlags say how events are delivered and where exactly-once keeps
+// its position: run's and status's.
+func deliveryFlags(f *flags, c *runConfig) {
+	f.String(&c.Delivery, "delivery", deliveryAtLeastOnce, "at-least-once (a crash may repeat events in flight; consumers dedupe by event id) or exactly-once "+
+		"(Kafka transactions: each PostgreSQL transaction's records and a checkpoint of its LSN commit together; consumers must read with isolation.level=read_committed)")
+	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "exactly-once: compacted `topic` of the checkpoint records (key: the slot), created when missing")
 }
 
 // logFlags are every long-running command's.
@@ -199,6 +221,9 @@ func (c *runConfig) validate() error {
 		"--receive-timeout %s: must be 0 (off) or at least 1s and 4 × --status-interval (%s)", c.ReceiveTimeout, c.StatusInterval)
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
 	check(c.SlotPollInterval >= time.Second, "--slot-poll-interval %s: must be at least 1s", c.SlotPollInterval)
+	check(c.Delivery == deliveryAtLeastOnce || c.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", c.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
+	check(c.TransactionInterval > 0, "--transaction-interval %s: must be positive", c.TransactionInterval)
+	check(c.CheckpointTopic != "", "--checkpoint-topic is empty: give the compacted topic that holds the positions")
 	return errors.Join(p...)
 }
 
@@ -221,6 +246,22 @@ func (c *runConfig) validateOutput(p *problems) {
 	if _, err := mapping.New(c.Mapping); err != nil {
 		*p = append(*p, err)
 	}
+}
+
+// Delivery modes.
+const (
+	deliveryAtLeastOnce = "at-least-once"
+	deliveryExactlyOnce = "exactly-once"
+)
+
+// transactionalID is --transactional-id or its default, from the slot: one
+// slot, one writer, so an instance that takes the slot over fences the one
+// before it.
+func (c *runConfig) transactionalID() string {
+	if c.TransactionalID != "" {
+		return c.TransactionalID
+	}
+	return "cdc-outbox-" + c.Slot
 }
 
 func (c *runConfig) brokers() []string {

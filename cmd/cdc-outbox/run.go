@@ -159,7 +159,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	c.Mapping.Source = source
 
 	tracker := checkpoint.New(start)
-	snk, err := sink.New(sink.Config{
+	sinkCfg := sink.Config{
 		Brokers:     c.brokers(),
 		Linger:      c.KafkaLinger,
 		Compression: c.KafkaCompression,
@@ -169,11 +169,30 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxRecordBytes:     c.MaxRecordBytes,
 		AutoCreateTopics:   c.KafkaAutoCreateTopics,
 		Opts:               append([]kgo.Opt{kgo.WithHooks(m.Hooks()...)}, kafkaOpts...),
-	}, log)
-	if err != nil {
-		return err
 	}
-	g.Close(snk.Close)
+	var (
+		snk interface {
+			pipeline.Producer
+			sink.Pinger
+		}
+		txp *sink.Transactional
+		eo  *exactlyOnce
+	)
+	if c.Delivery == deliveryExactlyOnce {
+		if eo, err = newExactlyOnce(ctx, c, sinkCfg, kafkaOpts, m, log); err != nil {
+			return err
+		}
+		txp = eo.txp
+		g.Close(txp.Close)
+		snk = txp
+	} else {
+		s, err := sink.New(sinkCfg, log)
+		if err != nil {
+			return err
+		}
+		g.Close(s.Close)
+		snk = s
+	}
 	p, err := pipeline.New(pipeline.Config{
 		Mapping:           c.Mapping,
 		OnBadEvent:        c.OnBadEvent,
@@ -186,8 +205,21 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	if txp != nil {
+		// The committer stops after the stream, which drains through it.
+		// Its failure (fenced, a refused record) stops the stream, whether
+		// it streams, drains (Fail) or waits for the slot (the group).
+		tctx, stop := context.WithCancel(g.Context())
+		g.Go("Kafka transactions", func() error {
+			err := txp.Run(tctx)
+			if err != nil {
+				p.Fail(err)
+			}
+			return err
+		}, stop)
+	}
 
-	st := replication.New(replication.Config{
+	rcfg := replication.Config{
 		URL:               c.PostgresURL,
 		Slot:              c.Slot,
 		Publication:       c.Publication,
@@ -195,7 +227,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		KeepaliveInterval: c.KeepaliveInterval,
 		ReceiveTimeout:    c.ReceiveTimeout,
 		ShutdownTimeout:   c.ShutdownTimeout,
-	}, p, tracker, log)
+	}
+	if eo != nil {
+		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p) }
+	}
+	st := replication.New(rcfg, p, tracker, log)
 	outbox := catalog.Outbox()
 	monitor := replication.NewMonitor(replication.MonitorConfig{
 		URL:         c.PostgresURL,
@@ -206,7 +242,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		Interval:    c.SlotPollInterval,
 	}, m, log)
 	health := sink.NewHealth(snk, m, explain, log)
-	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health})
+	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health, txp: txp})
 
 	loop(g, "Kafka health check", health.Run)
 	loop(g, "slot monitor", monitor.Run)
@@ -214,7 +250,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
 	}
-	log.Info("starting", "slot", c.Slot, "start_lsn", start, "table", outbox.Name.String(), "table_oid", outbox.OID, "source", source, "brokers", c.KafkaBrokers,
+	log.Info("starting", "delivery", c.Delivery, "slot", c.Slot, "start_lsn", start, "table", outbox.Name.String(), "table_oid", outbox.OID, "source", source, "brokers", c.KafkaBrokers,
 		"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())
 	return st.Run(ctx)
 }
@@ -226,6 +262,7 @@ type dataPath struct {
 	pipe    *pipeline.Pipeline
 	monitor *replication.Monitor
 	kafka   *sink.Health
+	txp     *sink.Transactional // nil in at-least-once delivery
 }
 
 // sources reads the data path's state for metrics; every value is zero
@@ -247,6 +284,13 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 		InFlightBytes:      read(func(dp *dataPath) float64 { return float64(dp.pipe.InFlightBytes()) }),
 		PostgresReconnects: read(func(dp *dataPath) float64 { return float64(dp.stream.Reconnects()) }),
 		StatusUpdates:      read(func(dp *dataPath) float64 { return float64(dp.stream.StatusUpdates()) }),
+		Checkpoint: read(func(dp *dataPath) float64 {
+			if dp.txp == nil {
+				return 0
+			}
+			return float64(dp.txp.Checkpoint())
+		}),
+		SkippedTransactions: read(func(dp *dataPath) float64 { return float64(dp.pipe.SkippedTransactions()) }),
 		PostgresConnected: func() bool {
 			dp := parts.Load()
 			return dp != nil && dp.stream.Connected()
@@ -264,6 +308,79 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			decoder.SkipOtherTable: read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().OtherTable) }),
 		},
 	}
+}
+
+// exactlyOnce is the exactly-once producer and what it needs once the
+// stream holds the slot.
+type exactlyOnce struct {
+	txp    *sink.Transactional
+	c      *runConfig
+	admin  sink.Config // the checkpoint topic's clients: TLS and SASL, not the producer's metrics hooks
+	origin string      // the outbox table's identity
+	log    *slog.Logger
+}
+
+// newExactlyOnce makes the exactly-once producer and creates the
+// checkpoint topic when missing. Nothing is fenced yet: a standby waiting
+// for the slot must not stop the instance that streams.
+func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
+	origin, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
+	if err != nil {
+		return nil, fmt.Errorf("read the outbox table's identity for the Kafka checkpoint: %w", err)
+	}
+	txp, err := sink.NewTransactional(sink.TxConfig{
+		Config:          cfg,
+		TransactionalID: c.transactionalID(),
+		CheckpointTopic: c.CheckpointTopic,
+		CheckpointKey:   c.Slot,
+		Origin:          origin,
+		Interval:        c.TransactionInterval,
+		CommitRecords:   max(1, c.MaxInflightEvents/2),
+	}, obs, log)
+	if err != nil {
+		return nil, err
+	}
+	eo := &exactlyOnce{txp: txp, c: c, admin: sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts}, origin: origin, log: log}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := sink.EnsureCheckpointTopic(ctx, eo.admin, c.CheckpointTopic); err != nil {
+		txp.Close()
+		return nil, err
+	}
+	return eo, nil
+}
+
+// holding runs once the stream holds the slot, before it reads: it
+// registers the transactional id (fencing the instance before this one and
+// aborting the Kafka transaction it left open), then reads the slot's last
+// committed checkpoint and has p skip every transaction at or before it,
+// which PostgreSQL sends again from the slot's older position.
+func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline) error {
+	c, log := eo.c, eo.log
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := eo.txp.Fence(ctx); err != nil {
+		return err
+	}
+	cp, err := sink.ReadCheckpoint(ctx, eo.admin, c.CheckpointTopic, c.Slot)
+	if err != nil {
+		return err
+	}
+	if cp.Found && cp.Origin != eo.origin {
+		log.Warn("exactly-once delivery: the Kafka checkpoint of this slot is of another outbox table, database or cluster (a restore, pg_upgrade, or another server with a slot of the same name), "+
+			"whose LSNs mean nothing here: it is ignored, and nothing is skipped", "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN,
+			"checkpoint_origin", cp.Origin, "origin", eo.origin)
+		cp = sink.Checkpoint{}
+	}
+	if cp.Found {
+		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again",
+			"transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN, "written_at", cp.At)
+	} else {
+		log.Info("exactly-once delivery: no checkpoint for the slot in Kafka yet", "transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic)
+	}
+	eo.txp.SetCheckpoint(cp.LSN)
+	p.SkipThrough(cp.LSN)
+	return nil
 }
 
 // loop adds to g a loop that runs until told to stop and never fails.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
@@ -25,6 +26,9 @@ type statusConfig struct {
 	Table       string
 	JSON        bool
 	Timeout     time.Duration
+	// kafka holds --delivery, --checkpoint-topic and the Kafka connection:
+	// in exactly-once delivery status reads the Kafka checkpoint too.
+	kafka runConfig
 }
 
 func statusFlags(c *statusConfig) *flags {
@@ -38,6 +42,9 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
 	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
+	deliveryFlags(f, &c.kafka)
+	f.String(&c.kafka.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "exactly-once: Kafka bootstrap `brokers`, comma-separated, to read the checkpoint from")
+	kafkaSecurityFlags(f, &c.kafka)
 	f.Bool(&c.JSON, "json", false, "print one JSON object instead of text")
 	f.Duration(&c.Timeout, "timeout", 10*time.Second, "give up connecting and reading after this long")
 	return f
@@ -47,6 +54,13 @@ func (c *statusConfig) validate() error {
 	var p problems
 	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
 	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
+	k := &c.kafka
+	p.check(k.Delivery == deliveryAtLeastOnce || k.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", k.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
+	if k.Delivery == deliveryExactlyOnce {
+		p.check(strings.TrimSpace(k.KafkaBrokers) != "", "--kafka-brokers is empty: give host:port[,host:port...]")
+		p.check(k.CheckpointTopic != "", "--checkpoint-topic is empty")
+		k.validateKafkaSecurity(&p)
+	}
 	return errors.Join(p...)
 }
 
@@ -109,6 +123,13 @@ const (
 //	                     partition), comparing relations, not names
 //	table_rows_estimate  the table's pg_class.reltuples; -1 when unknown
 //	                     (never analyzed, or no such table)
+//	delivery             --delivery: at-least-once or exactly-once
+//	kafka_checkpoint_lsn exactly-once: the slot's last checkpoint committed in Kafka
+//	                     (--checkpoint-topic), "0/0" when none or in at-least-once delivery;
+//	                     transactions up to it are in Kafka, and a start skips them
+//	kafka_checkpoint_at  when that checkpoint was written, RFC 3339 in UTC; "" when none
+//	kafka_ahead_bytes    kafka_checkpoint_lsn - confirmed_flush_lsn when positive: WAL that
+//	                     PostgreSQL sends again at the next start and cdc-outbox skips
 //
 // The slot keys are zero ("", false, 0, "0/0") when the slot does not
 // exist; everything but verdict, exit_code, message, error and the names
@@ -156,6 +177,11 @@ type statusReport struct {
 	TableInPublication bool     `json:"table_in_publication"`
 	TableRowsEstimate  int64    `json:"table_rows_estimate"`
 
+	Delivery           string `json:"delivery"`
+	KafkaCheckpointLSN string `json:"kafka_checkpoint_lsn"`
+	KafkaCheckpointAt  string `json:"kafka_checkpoint_at"`
+	KafkaAheadBytes    int64  `json:"kafka_ahead_bytes"`
+
 	connectedDB string // the database --postgres-url connects to
 	// unmet is why cdc-outbox run cannot stream from this server as this
 	// role, whatever the slot says (wal_level, REPLICATION, an UNLOGGED
@@ -195,16 +221,18 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 
 func newStatusReport(c *statusConfig) *statusReport {
 	return &statusReport{
-		Warnings:          []string{},
-		Slot:              c.Slot,
-		ConfirmedFlushLSN: "0/0",
-		RestartLSN:        "0/0",
-		CurrentWALLSN:     "0/0",
-		RetainedWAL:       humanBytes(0),
-		Publication:       c.Publication,
-		PublicationTables: []string{},
-		Table:             outboxTable(c.Table).String(),
-		TableRowsEstimate: -1,
+		Warnings:           []string{},
+		Slot:               c.Slot,
+		ConfirmedFlushLSN:  "0/0",
+		RestartLSN:         "0/0",
+		CurrentWALLSN:      "0/0",
+		RetainedWAL:        humanBytes(0),
+		Publication:        c.Publication,
+		PublicationTables:  []string{},
+		Table:              outboxTable(c.Table).String(),
+		TableRowsEstimate:  -1,
+		Delivery:           c.kafka.Delivery,
+		KafkaCheckpointLSN: "0/0",
 	}
 }
 
@@ -225,7 +253,30 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	}
 	r.fill(in)
 	r.judge()
+	if c.kafka.Delivery == deliveryExactlyOnce {
+		r.readKafkaCheckpoint(ctx, c, in)
+	}
 	return r
+}
+
+// readKafkaCheckpoint adds the Kafka checkpoint of exactly-once delivery
+// to the report; failing to read it is a warning.
+func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig, in replication.Inspection) {
+	opts, err := c.kafka.kafkaSecurityOpts()
+	if err == nil {
+		var cp sink.Checkpoint
+		cp, err = sink.ReadCheckpoint(ctx, sink.Config{Brokers: c.kafka.brokers(), Opts: opts}, c.kafka.CheckpointTopic, c.Slot)
+		if err == nil && cp.Found {
+			r.KafkaCheckpointLSN = cp.LSN.String()
+			r.KafkaCheckpointAt = cp.At.UTC().Format(time.RFC3339)
+			if confirmed := in.Slot.ConfirmedFlush; r.SlotExists && cp.LSN > confirmed {
+				r.KafkaAheadBytes = int64(cp.LSN - confirmed)
+			}
+		}
+	}
+	if err != nil {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the Kafka checkpoint of exactly-once delivery: %s; check --kafka-brokers, the TLS and SASL flags and --checkpoint-topic", say(err)))
+	}
 }
 
 func (r *statusReport) fail(verdict, message string, err error) {
@@ -458,6 +509,17 @@ func (r *statusReport) writeText(w io.Writer) {
 			add("  rows (estimate)", "unknown (never analyzed)")
 		} else {
 			add("  rows (estimate)", "%d", r.TableRowsEstimate)
+		}
+	}
+	add("delivery", "%s", r.Delivery)
+	if r.Delivery == deliveryExactlyOnce {
+		switch {
+		case r.KafkaCheckpointAt == "":
+			add("  kafka checkpoint", "none yet")
+		case r.KafkaAheadBytes > 0:
+			add("  kafka checkpoint", "%s, written %s (%s ahead of the slot: sent again at the next start, and skipped)", r.KafkaCheckpointLSN, r.KafkaCheckpointAt, humanBytes(r.KafkaAheadBytes))
+		default:
+			add("  kafka checkpoint", "%s, written %s (the slot has confirmed it)", r.KafkaCheckpointLSN, r.KafkaCheckpointAt)
 		}
 	}
 	for _, warning := range r.Warnings {

@@ -28,6 +28,13 @@
 //	cdc_outbox_ready                            gauge     1 while /readyz answers 200
 //	cdc_outbox_build_info{version,revision,goversion} gauge 1
 //
+// Exactly-once delivery (zero in at-least-once):
+//
+//	cdc_outbox_kafka_transactions_total{outcome}     counter   Kafka transactions: committed or aborted
+//	cdc_outbox_kafka_transaction_seconds             histogram a Kafka transaction's time from beginning to the broker's answer to its commit
+//	cdc_outbox_checkpoint_lsn                        gauge     LSN of the last checkpoint committed in Kafka, as a number
+//	cdc_outbox_transactions_skipped_total            counter   PostgreSQL transactions sent again that Kafka already held
+//
 // The Kafka client's own metrics (franz-go kprom) are under
 // cdc_outbox_kafka_* (produce_batches_total among them), and the Go runtime and process collectors are
 // registered as usual (go_*, process_*).
@@ -61,6 +68,10 @@ type Sources struct {
 	PostgresReconnects func() float64
 	StatusUpdates      func() float64
 	Oldest             func() (commitTime time.Time, ok bool)
+	// Exactly-once delivery: the Kafka checkpoint (LSN) and the
+	// transactions skipped because Kafka held them.
+	Checkpoint          func() float64
+	SkippedTransactions func() float64
 	// Skipped counts the changes not published, by reason (the label
 	// values: update, delete, truncate, other_table).
 	Skipped map[string]func() float64
@@ -84,6 +95,8 @@ type Metrics struct {
 	badEvents       *prometheus.CounterVec
 	publishErrors   prometheus.Counter
 	tsReplaced      prometheus.Counter
+	kafkaTx         *prometheus.CounterVec
+	kafkaTxSeconds  prometheus.Histogram
 	latency         prometheus.Histogram
 	receiveLatency  prometheus.Histogram
 	slotRetained    prometheus.Gauge
@@ -99,8 +112,10 @@ type Metrics struct {
 }
 
 // LatencyBuckets resolve a 5 ms p99 and still cover multi-second outages.
+// The steps at 150 and 200 ms resolve exactly-once delivery's latency,
+// which waits for a Kafka commit every 100 ms by default.
 var LatencyBuckets = []float64{0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
-	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	0.1, 0.15, 0.2, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // New creates every metric on reg.
 func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
@@ -125,6 +140,13 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		}),
 		receiveLatency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "cdc_outbox_receive_latency_seconds", Help: "Time from a transaction's commit to its arrival at cdc-outbox: PostgreSQL's share of the end-to-end latency.",
+			Buckets: LatencyBuckets,
+		}),
+		kafkaTx: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "cdc_outbox_kafka_transactions_total", Help: "Kafka transactions of exactly-once delivery, by outcome: committed, or aborted (or of unknown outcome; the stream stops).",
+		}, []string{"outcome"}),
+		kafkaTxSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "cdc_outbox_kafka_transaction_seconds", Help: "Time from a Kafka transaction's beginning to the broker's answer to its commit (exactly-once delivery).",
 			Buckets: LatencyBuckets,
 		}),
 		slotRetained: f.NewGauge(prometheus.GaugeOpts{
@@ -157,6 +179,15 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 	for _, a := range []string{"failed", "dead_lettered"} {
 		m.badEvents.WithLabelValues(a)
 	}
+	for _, o := range []string{"committed", "aborted"} {
+		m.kafkaTx.WithLabelValues(o)
+	}
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_checkpoint_lsn", Help: "LSN of the last checkpoint committed in Kafka (exactly-once delivery), as a number.",
+	}, src.Checkpoint)
+	f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cdc_outbox_transactions_skipped_total", Help: "PostgreSQL transactions sent again that Kafka already held (exactly-once delivery): not published again.",
+	}, src.SkippedTransactions)
 
 	reg.MustRegister(&funcs{
 		desc: prometheus.NewDesc("cdc_outbox_connected", "1 while connected: postgres (streaming) or kafka (answering metadata requests).", []string{"target"}, nil),
@@ -243,6 +274,15 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// TxCommitted records a committed Kafka transaction (sink.TxObserver).
+func (m *Metrics) TxCommitted(_ int, took time.Duration) {
+	m.kafkaTx.WithLabelValues("committed").Inc()
+	m.kafkaTxSeconds.Observe(took.Seconds())
+}
+
+// TxAborted records an aborted Kafka transaction (sink.TxObserver).
+func (m *Metrics) TxAborted() { m.kafkaTx.WithLabelValues("aborted").Inc() }
 
 // Acked records one event acknowledged by the broker.
 func (m *Metrics) Acked(topic string, commitUnixNano int64) {

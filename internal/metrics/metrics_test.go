@@ -21,15 +21,17 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 	now := time.Date(2026, 12, 1, 0, 0, 10, 0, time.UTC)
 	reg := prometheus.NewRegistry()
 	m := New(reg, Sources{
-		Confirmed:          fixed(1000),
-		Received:           fixed(1500),
-		Transactions:       fixed(7),
-		InFlight:           fixed(3),
-		InFlightBytes:      fixed(900),
-		PostgresConnected:  func() bool { return true },
-		PostgresReconnects: fixed(2),
-		StatusUpdates:      fixed(11),
-		Oldest:             func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
+		Confirmed:           fixed(1000),
+		Received:            fixed(1500),
+		Transactions:        fixed(7),
+		InFlight:            fixed(3),
+		InFlightBytes:       fixed(900),
+		PostgresConnected:   func() bool { return true },
+		PostgresReconnects:  fixed(2),
+		StatusUpdates:       fixed(11),
+		Oldest:              func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
+		Checkpoint:          fixed(1200),
+		SkippedTransactions: fixed(4),
 		Skipped: map[string]func() float64{
 			"update": fixed(0), "delete": fixed(5), "truncate": fixed(0), "other_table": fixed(0),
 		},
@@ -55,6 +57,9 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.Slot(true, 4096, "extended")
 	m.SlotFailover(true, false)
 	m.Kafka(true, false, false)
+	m.TxCommitted(10, 30*time.Millisecond)
+	m.TxCommitted(1, 2*time.Second)
+	m.TxAborted()
 	hooks := m.Hooks()
 	hooks[1].(kgo.HookProduceRecordUnbuffered).OnProduceRecordUnbuffered(&kgo.Record{}, io.EOF)
 
@@ -66,6 +71,9 @@ cdc_outbox_bad_events_total{action="failed"} 0
 # HELP cdc_outbox_build_info Build of the running binary; always 1.
 # TYPE cdc_outbox_build_info gauge
 cdc_outbox_build_info{goversion="GOVERSION",revision="abc",version="v1.2.3"} 1
+# HELP cdc_outbox_checkpoint_lsn LSN of the last checkpoint committed in Kafka (exactly-once delivery), as a number.
+# TYPE cdc_outbox_checkpoint_lsn gauge
+cdc_outbox_checkpoint_lsn 1200
 # HELP cdc_outbox_confirmed_lsn Last LSN confirmed to PostgreSQL, as a number.
 # TYPE cdc_outbox_confirmed_lsn gauge
 cdc_outbox_confirmed_lsn 1000
@@ -88,6 +96,10 @@ cdc_outbox_inflight_bytes 900
 # HELP cdc_outbox_inflight_events Records sent to Kafka and not yet acknowledged.
 # TYPE cdc_outbox_inflight_events gauge
 cdc_outbox_inflight_events 3
+# HELP cdc_outbox_kafka_transactions_total Kafka transactions of exactly-once delivery, by outcome: committed, or aborted (or of unknown outcome; the stream stops).
+# TYPE cdc_outbox_kafka_transactions_total counter
+cdc_outbox_kafka_transactions_total{outcome="aborted"} 1
+cdc_outbox_kafka_transactions_total{outcome="committed"} 2
 # HELP cdc_outbox_lag_seconds Age, by commit time, of the oldest transaction received and not yet confirmed; 0 when none.
 # TYPE cdc_outbox_lag_seconds gauge
 cdc_outbox_lag_seconds 4
@@ -131,18 +143,21 @@ cdc_outbox_status_updates_total 11
 # HELP cdc_outbox_timestamps_replaced_total Records whose created_at was too far ahead for Kafka (which refuses timestamps over an hour ahead by default) and that carry the produce time instead.
 # TYPE cdc_outbox_timestamps_replaced_total counter
 cdc_outbox_timestamps_replaced_total 1
+# HELP cdc_outbox_transactions_skipped_total PostgreSQL transactions sent again that Kafka already held (exactly-once delivery): not published again.
+# TYPE cdc_outbox_transactions_skipped_total counter
+cdc_outbox_transactions_skipped_total 4
 # HELP cdc_outbox_transactions_total Transactions fully confirmed to PostgreSQL.
 # TYPE cdc_outbox_transactions_total counter
 cdc_outbox_transactions_total 7
 `
 	want = strings.ReplaceAll(want, "GOVERSION", goVersion())
 	names := []string{
-		"cdc_outbox_bad_events_total", "cdc_outbox_build_info", "cdc_outbox_confirmed_lsn", "cdc_outbox_connected",
+		"cdc_outbox_bad_events_total", "cdc_outbox_build_info", "cdc_outbox_checkpoint_lsn", "cdc_outbox_confirmed_lsn", "cdc_outbox_connected",
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
-		"cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
+		"cdc_outbox_kafka_transactions_total", "cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
 		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
 		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
-		"cdc_outbox_transactions_total",
+		"cdc_outbox_transactions_skipped_total", "cdc_outbox_transactions_total",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
@@ -154,7 +169,20 @@ cdc_outbox_transactions_total 7
 		t.Fatalf("latency observations: %v, want 1", n)
 	}
 
-	problems, err := testutil.GatherAndLint(reg, append(names, "cdc_outbox_end_to_end_latency_seconds")...)
+	// The Kafka transaction histogram: 30 ms and 2 s.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "cdc_outbox_kafka_transaction_seconds" {
+			if h := mf.GetMetric()[0].GetHistogram(); h.GetSampleCount() != 2 || h.GetSampleSum() != 2.03 {
+				t.Errorf("Kafka transaction seconds: %d observations summing to %v, want 2 and 2.03", h.GetSampleCount(), h.GetSampleSum())
+			}
+		}
+	}
+
+	problems, err := testutil.GatherAndLint(reg, append(names, "cdc_outbox_end_to_end_latency_seconds", "cdc_outbox_kafka_transaction_seconds")...)
 	if err != nil {
 		t.Fatal(err)
 	}

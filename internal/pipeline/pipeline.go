@@ -71,6 +71,24 @@ type Producer interface {
 	Produce(r *kgo.Record, promise func(*kgo.Record, error))
 }
 
+// Transactional is a Producer that writes whole PostgreSQL transactions in
+// Kafka transactions (exactly-once delivery): a record's promise says nil
+// once the Kafka transaction holding it committed, with a checkpoint of the
+// last PostgreSQL transaction it holds. sink.Transactional is one. A
+// pipeline whose producer is one tells it where each PostgreSQL
+// transaction ends, drops the records of one the connection lost, and skips
+// a transaction the server sends again that Kafka already holds.
+type Transactional interface {
+	Producer
+	// Boundary: every record produced so far belongs to transactions that
+	// ended at or before end.
+	Boundary(end pglogrepl.LSN)
+	// Discard drops the records produced since the last boundary, which
+	// are in no Kafka transaction yet, and returns them; their promises
+	// are never called.
+	Discard() []*kgo.Record
+}
+
 // Pipeline implements replication.Handler.
 type Pipeline struct {
 	cfg     Config
@@ -105,6 +123,20 @@ type Pipeline struct {
 	refusedQ  []*pending // refused in a batch, in promise order: to send alone
 	alone     *pending   // sent alone, not yet acknowledged or refused
 	next      *pending   // to produce next from the replication goroutine
+
+	// Exactly-once delivery (txp is not nil). through is the end LSN of the
+	// last transaction handed to txp, or the Kafka checkpoint; skipping is
+	// set while the open transaction is one Kafka holds already
+	// (replication goroutine only). open and openBytes count the open
+	// transaction's records, which wait in txp until its commit: they
+	// count neither against the in-flight limits nor as in flight, since
+	// no acknowledgement can come for them before the commit (written by
+	// the replication goroutine, read by metrics too).
+	txp             Transactional
+	through         pglogrepl.LSN
+	skipping        bool
+	open, openBytes atomic.Int64
+	skippedTx       atomic.Uint64
 
 	obs Observer
 }
@@ -166,11 +198,24 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 		obs:      obs,
 	}
 	p.promise = p.ack
+	if txp, ok := sink.(Transactional); ok {
+		p.txp = txp
+	}
 	if p.explain = cfg.Explain; p.explain == nil {
 		p.explain = func(err error) string { return err.Error() }
 	}
 	return p, nil
 }
+
+// SkipThrough sets, in exactly-once delivery, the position the Kafka
+// checkpoint holds: every transaction that ended at or before it is in
+// Kafka already, so one the server sends again is skipped. Call it from
+// the replication goroutine, before the first message.
+func (p *Pipeline) SkipThrough(lsn pglogrepl.LSN) { p.through = max(p.through, lsn) }
+
+// SkippedTransactions counts, in exactly-once delivery, the transactions
+// the server sent again that Kafka already held.
+func (p *Pipeline) SkippedTransactions() uint64 { return p.skippedTx.Load() }
 
 // Skipped counts the changes that were not published, by reason.
 func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
@@ -207,11 +252,22 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
 		p.obs.Received(p.commitTime)
+		// The commit record starts at FinalLSN and ends at the end LSN a
+		// checkpoint holds: a transaction ended at or before the checkpoint
+		// exactly when its commit record starts before it.
+		p.skipping = p.txp != nil && ev.FinalLSN < p.through
+		if p.skipping && p.skippedTx.Add(1) == 1 {
+			p.log.Info("skipping transactions that Kafka holds already (exactly-once): PostgreSQL sends again what it was not yet told of",
+				"first_commit_lsn", ev.FinalLSN, "through", p.through)
+		}
 	case decoder.KindRelation:
 		return p.relation(ev)
 	case decoder.KindInsert, decoder.KindUnmapped:
 		if p.tx == nil {
 			return fmt.Errorf("insert at LSN %s outside a transaction: the stream is out of order", lsn)
+		}
+		if p.skipping {
+			return nil // Kafka has it, or its dead-letter record
 		}
 		if ev.Kind == decoder.KindUnmapped {
 			return p.unmappedInsert(lsn, ev)
@@ -221,6 +277,15 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		if p.tx == nil {
 			return fmt.Errorf("commit at LSN %s without a begin: the stream is out of order", lsn)
 		}
+		if p.txp != nil && !p.skipping {
+			// Before the tracker's Commit: the records are then whole
+			// transactions when the producer's promises come.
+			p.txp.Boundary(ev.EndLSN)
+			p.through = max(p.through, ev.EndLSN)
+		}
+		p.skipping = false
+		p.open.Store(0)
+		p.openBytes.Store(0)
 		p.ckpt.Commit(p.tx, ev.EndLSN)
 		p.tx = nil
 	}
@@ -353,6 +418,10 @@ func (p *Pipeline) send(pd *pending) {
 	p.ckpt.Add(pd.tx, 1)
 	p.inflight.Add(1)
 	p.inflightBytes.Add(pd.size)
+	if p.txp != nil {
+		p.open.Add(1)
+		p.openBytes.Add(pd.size)
+	}
 	p.sink.Produce(&pd.rec, p.promise)
 }
 
@@ -405,6 +474,10 @@ func (p *Pipeline) wake() {
 	}
 }
 
+// Fail stops the stream with err, as a failure of the producer does: the
+// exactly-once producer's failures come this way, not through promises.
+func (p *Pipeline) Fail(err error) { p.fail(err) }
+
 func (p *Pipeline) fail(err error) {
 	select {
 	case p.failed <- err:
@@ -430,7 +503,10 @@ func (p *Pipeline) Full() bool {
 	if p.isolating.Load() {
 		return p.isolate()
 	}
-	return p.inflight.Load() >= int64(p.cfg.MaxInflightEvents) || p.inflightBytes.Load() >= p.cfg.MaxInflightBytes
+	// The open transaction's records wait for its commit before any Kafka
+	// transaction takes them (exactly-once): counting them could pause
+	// reading before the commit that lets them go.
+	return p.InFlight() >= p.cfg.MaxInflightEvents || p.InFlightBytes() >= p.cfg.MaxInflightBytes
 }
 
 // Room receives after acknowledgements.
@@ -439,16 +515,30 @@ func (p *Pipeline) Room() <-chan struct{} { return p.room }
 // Failed receives the first asynchronous failure.
 func (p *Pipeline) Failed() <-chan error { return p.failed }
 
-// InFlight is the number of records not yet acknowledged.
-func (p *Pipeline) InFlight() int { return int(p.inflight.Load()) }
+// InFlight is the number of records not yet acknowledged, but for those of
+// the open transaction in exactly-once delivery, which wait for its commit.
+// (A drain waits for it to reach 0: they would never come.)
+func (p *Pipeline) InFlight() int { return int(p.inflight.Load() - p.open.Load()) }
 
-// InFlightBytes is the estimated size of the records not yet acknowledged.
-func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() }
+// InFlightBytes is the estimated size of the records InFlight counts.
+func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() - p.openBytes.Load() }
 
 // Lost forgets the open transaction: the server sends it again whole.
 // Records of it already produced stay in Kafka (at-least-once), and their
 // acknowledgements are ignored by the checkpoint.
 func (p *Pipeline) Lost() {
+	if p.txp != nil {
+		// Exactly-once: the open transaction's records are in no Kafka
+		// transaction yet; dropped, they are not repeated.
+		for _, r := range p.txp.Discard() {
+			pd := r.Context.(*pending)
+			p.inflight.Add(-1)
+			p.inflightBytes.Add(-pd.size)
+		}
+		p.skipping = false
+		p.open.Store(0)
+		p.openBytes.Store(0)
+	}
 	if p.tx != nil {
 		p.ckpt.Discard(p.tx)
 		p.tx = nil

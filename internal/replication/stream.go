@@ -67,6 +67,11 @@ type Config struct {
 	// again; a reply is requested at half of it. It also bounds connecting
 	// and starting replication. 0 turns it off.
 	ReceiveTimeout time.Duration
+	// Holding, when set, is called once, when the stream first holds the
+	// slot (replication started) and before any message is read: for what
+	// may only happen while no other process streams from the slot. An
+	// error stops the stream for good.
+	Holding func(ctx context.Context) error
 }
 
 // Stream owns the replication connection.
@@ -228,6 +233,12 @@ func (s *Stream) session(ctx context.Context) error {
 	err = pglogrepl.StartReplication(setupCtx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		return s.explain(conn, err)
+	}
+	if h := s.cfg.Holding; h != nil {
+		s.cfg.Holding = nil // once per process, not per connection
+		if err := h(ctx); err != nil {
+			return fatal{err}
+		}
 	}
 	s.connected.Store(true)
 	s.log.Info("streaming", "slot", s.cfg.Slot, "publication", s.cfg.Publication, "start_lsn", start)

@@ -41,6 +41,19 @@ type Sink struct {
 
 // New creates the producer. It does not contact the broker: see Ping.
 func New(cfg Config, log *slog.Logger) (*Sink, error) {
+	opts, err := producerOpts(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(opts, cfg.Opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return &Sink{cl: cl}, nil
+}
+
+// producerOpts are the client options of both producers but cfg.Opts.
+func producerOpts(cfg Config, log *slog.Logger) ([]kgo.Opt, error) {
 	codec, err := codec(cfg.Compression)
 	if err != nil {
 		return nil, err
@@ -72,11 +85,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	if cfg.AutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
 	}
-	cl, err := kgo.NewClient(append(opts, cfg.Opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
-	}
-	return &Sink{cl: cl}, nil
+	return opts, nil
 }
 
 // KnownCompression reports whether name is a Config.Compression New

@@ -1,0 +1,207 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// checkpointValue is a checkpoint record's value: the end LSN of the last
+// PostgreSQL transaction whose records the same Kafka transaction (or an
+// earlier one) holds, and the outbox table's identity (system identifier,
+// database and table OIDs), without which an LSN means nothing: another
+// cluster's WAL, or a restored one's, has its own positions.
+type checkpointValue struct {
+	LSN    string `json:"lsn"`
+	Origin string `json:"origin"`
+}
+
+// CheckpointRecord is the checkpoint record of key (the slot) at lsn of the
+// table origin.
+func CheckpointRecord(topic, key, origin string, lsn pglogrepl.LSN) *kgo.Record {
+	v, _ := json.Marshal(checkpointValue{LSN: lsn.String(), Origin: origin}) // strings always encode
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: v}
+}
+
+// ParseCheckpoint reads a checkpoint record's value.
+func ParseCheckpoint(value []byte) (lsn pglogrepl.LSN, origin string, err error) {
+	var v checkpointValue
+	if err := json.Unmarshal(value, &v); err != nil {
+		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
+	}
+	if lsn, err = pglogrepl.ParseLSN(v.LSN); err != nil {
+		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
+	}
+	return lsn, v.Origin, nil
+}
+
+// Checkpoint is what the checkpoint topic says of one key.
+type Checkpoint struct {
+	LSN   pglogrepl.LSN // 0 when Found is false
+	Found bool
+	// Origin is the identity of the outbox table whose WAL LSN is a
+	// position in.
+	Origin string
+	// At is the record's timestamp: when its transaction was written.
+	At time.Time
+}
+
+// checkpointPartitions is the checkpoint topic's partition count when
+// cdc-outbox creates it: one, because it holds one record per slot.
+const checkpointPartitions = 1
+
+// EnsureCheckpointTopic creates the checkpoint topic, compacted, when it is
+// missing. Compaction keeps the last record of each key (slot) for good, so
+// the position survives any retention; segments roll hourly so older
+// checkpoints are cleaned away.
+func EnsureCheckpointTopic(ctx context.Context, cfg Config, topic string) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	policy, segment := "compact", "3600000"
+	resp, err := adm.CreateTopic(ctx, checkpointPartitions, -1, map[string]*string{"cleanup.policy": &policy, "segment.ms": &segment}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return &CheckpointError{Topic: topic, Op: "create the checkpoint topic", Err: err}
+	}
+	return nil
+}
+
+// ReadCheckpoint reads the checkpoint topic to its end and returns the
+// last committed checkpoint of key. Call it after Fence, so that no
+// transaction of this transactional id is left undecided.
+//
+// It does not read as a read_committed consumer does: that consumer stops
+// at the last stable offset, which any open transaction on the partition
+// holds back, and the topic is shared by every slot (a killed instance of
+// another slot leaves its transaction open until the broker times it out).
+// It reads everything to the high watermark instead, with the transaction
+// markers, and takes a checkpoint only once its producer's commit marker
+// follows it; an aborted or undecided one is passed over.
+func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpoint, error) {
+	fail := func(op string, err error) (Checkpoint, error) {
+		return Checkpoint{}, &CheckpointError{Topic: topic, Op: op, Err: err}
+	}
+	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Opts...)...)
+	if err != nil {
+		return fail("connect", err)
+	}
+	defer admCl.Close()
+	ends, err := kadm.NewClient(admCl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fail("list its end offsets", err)
+	}
+	// The offset of the last record (data or transaction marker) of each
+	// partition.
+	parts := map[int32]kgo.Offset{}
+	last := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			parts[o.Partition] = kgo.NewOffset().AtStart()
+			last[o.Partition] = o.Offset - 1
+		}
+	})
+	var cp Checkpoint
+	if len(last) == 0 {
+		return cp, nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxWait(time.Second),
+	}, cfg.Opts...)...)
+	if err != nil {
+		return fail("connect", err)
+	}
+	defer cl.Close()
+	// A transactional producer's checkpoint waits here for its marker.
+	pending := map[int64]Checkpoint{}
+	for len(last) > 0 {
+		// A poll that brings nothing in checkpointQuiet means there is
+		// nothing more: the last records were compacted away.
+		pctx, cancel := context.WithTimeout(ctx, checkpointQuiet)
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return fail("read it", ctx.Err())
+		}
+		if fetches.Empty() {
+			break
+		}
+		var ferr error
+		fetches.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
+				ferr = err
+			}
+		})
+		if ferr != nil {
+			return fail("read it", ferr)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if end, ok := last[r.Partition]; ok && r.Offset >= end {
+				delete(last, r.Partition)
+			}
+			switch {
+			case r.Attrs.IsControl():
+				// The key of a transaction marker: version, then type
+				// (0 abort, 1 commit), two bytes each.
+				if p, ok := pending[r.ProducerID]; ok {
+					if len(r.Key) >= 4 && r.Key[3] == 1 {
+						cp = p
+					}
+					delete(pending, r.ProducerID)
+				}
+			case string(r.Key) != key:
+			default:
+				lsn, origin, perr := ParseCheckpoint(r.Value)
+				if perr != nil {
+					err = perr
+					return
+				}
+				c := Checkpoint{LSN: lsn, Found: true, Origin: origin, At: r.Timestamp}
+				if r.Attrs.IsTransactional() {
+					pending[r.ProducerID] = c
+				} else {
+					cp = c
+				}
+			}
+		})
+		if err != nil {
+			return fail("read it", err)
+		}
+	}
+	return cp, nil
+}
+
+// checkpointQuiet is how long ReadCheckpoint waits for a fetch that brings
+// nothing before it takes the end for reached.
+const checkpointQuiet = 5 * time.Second
+
+// CheckpointError is a failure to create or read the checkpoint topic.
+type CheckpointError struct {
+	Topic string
+	Op    string
+	Err   error
+}
+
+func (e *CheckpointError) Error() string {
+	return fmt.Sprintf("checkpoint topic %s: %s: %v", e.Topic, e.Op, e.Err)
+}
+
+func (e *CheckpointError) Unwrap() error { return e.Err }

@@ -1,0 +1,316 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
+)
+
+// TxConfig configures a Transactional producer.
+type TxConfig struct {
+	Config
+	// TransactionalID names the producer to the broker's transaction
+	// coordinator. A new client with the same id fences the old one: the
+	// old one can no longer commit, and its open transaction is aborted.
+	TransactionalID string
+	// CheckpointTopic is the compacted topic of checkpoint records;
+	// CheckpointKey (the slot) is their key.
+	CheckpointTopic string
+	CheckpointKey   string
+	// Origin is the outbox table's identity, written in every checkpoint.
+	Origin string
+	// Interval is the least time between two commits, unless CommitRecords
+	// records wait: then the next commit starts at once.
+	Interval      time.Duration
+	CommitRecords int
+}
+
+// TxObserver is told what happens to Kafka transactions; metrics implement
+// it.
+type TxObserver interface {
+	// TxCommitted: a transaction of records records and a checkpoint
+	// committed; took is from its beginning to the broker's answer to the
+	// commit.
+	TxCommitted(records int, took time.Duration)
+	// TxAborted: a transaction was aborted, or its outcome is unknown.
+	TxAborted()
+}
+
+// Transactional is the exactly-once producer. Records produced between two
+// Boundary calls are the records of whole PostgreSQL transactions; at most
+// every Interval, Run writes the records up to the last boundary, plus a
+// checkpoint record holding that boundary's LSN, in one Kafka transaction,
+// and calls each record's promise only once the transaction committed. So a
+// promise's nil says the record is visible to read_committed consumers, and
+// a position confirmed on the strength of it is recorded in Kafka too.
+//
+// Produce, Boundary and Discard are called from the replication goroutine
+// and never wait on the broker; Run, the one goroutine that talks to it,
+// takes what they queued.
+type Transactional struct {
+	cl  *kgo.Client
+	cfg TxConfig
+	obs TxObserver
+
+	mu       sync.Mutex
+	queue    []queued      // produced, not yet in a Kafka transaction, in order
+	boundary int           // queue[:boundary] are whole PostgreSQL transactions
+	through  pglogrepl.LSN // the end LSN of the last of them
+	kick     chan struct{}
+
+	committed atomic.Uint64 // the checkpoint LSN of the last commit
+}
+
+type queued struct {
+	r       *kgo.Record
+	promise func(*kgo.Record, error)
+}
+
+// NewTransactional creates the exactly-once producer. It does not contact
+// the broker: Fence does.
+func NewTransactional(cfg TxConfig, obs TxObserver, log *slog.Logger) (*Transactional, error) {
+	if cfg.TransactionalID == "" || cfg.CheckpointTopic == "" || cfg.CheckpointKey == "" {
+		return nil, errors.New("a transactional producer needs a transactional id, a checkpoint topic and a checkpoint key")
+	}
+	opts, err := producerOpts(cfg.Config, log)
+	if err != nil {
+		return nil, err
+	}
+	// franz-go logs every transaction's beginning and end at info: a few
+	// lines every Interval. Those stay at debug.
+	opts = append(opts, kgo.TransactionalID(cfg.TransactionalID), kgo.WithLogger(quieter{kslog.New(log.With("component", "kafka"))}))
+	cl, err := kgo.NewClient(append(opts, cfg.Opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return &Transactional{cl: cl, cfg: cfg, obs: obs, kick: make(chan struct{}, 1)}, nil
+}
+
+// Fence registers the transactional id with the broker's transaction
+// coordinator (InitProducerId): any other producer with the same id is
+// fenced from then on, and a transaction it left open is aborted, so the
+// checkpoint read after Fence is final.
+func (t *Transactional) Fence(ctx context.Context) error {
+	if _, _, err := t.cl.ProducerID(ctx); err != nil {
+		return &TxError{TransactionalID: t.cfg.TransactionalID, Op: "register the transactional id", Err: err}
+	}
+	return nil
+}
+
+// Produce queues r for the next Kafka transaction. promise is called with
+// nil once the transaction holding r committed, or not at all when the
+// producer fails (Run returns the error).
+func (t *Transactional) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
+	t.mu.Lock()
+	t.queue = append(t.queue, queued{r, promise})
+	t.mu.Unlock()
+}
+
+// Boundary says that every record produced so far belongs to PostgreSQL
+// transactions that ended at or before end: a Kafka transaction may end
+// here, with end as its checkpoint.
+func (t *Transactional) Boundary(end pglogrepl.LSN) {
+	t.mu.Lock()
+	t.boundary = len(t.queue)
+	t.through = max(t.through, end)
+	full := t.boundary >= t.cfg.CommitRecords
+	t.mu.Unlock()
+	if full {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Discard drops the records produced since the last boundary, which no
+// Kafka transaction holds yet (the PostgreSQL transaction they belong to
+// will be sent again whole), and returns them; their promises are not
+// called.
+func (t *Transactional) Discard() []*kgo.Record {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*kgo.Record
+	for _, q := range t.queue[t.boundary:] {
+		out = append(out, q.r)
+	}
+	clear(t.queue[t.boundary:])
+	t.queue = t.queue[:t.boundary]
+	return out
+}
+
+// Checkpoint is the LSN of the last committed checkpoint record of this
+// process (0 before the first commit).
+func (t *Transactional) Checkpoint() pglogrepl.LSN { return pglogrepl.LSN(t.committed.Load()) }
+
+// SetCheckpoint sets what Checkpoint reports before the first commit: the
+// checkpoint read at start.
+func (t *Transactional) SetCheckpoint(lsn pglogrepl.LSN) { t.committed.Store(uint64(lsn)) }
+
+// Run commits what is queued, at most every Interval (sooner when
+// CommitRecords wait), until ctx ends. It returns nil when ctx ends, or the
+// error that stopped it, after which it never writes again: a fenced
+// producer (another instance took over the transactional id), a record the
+// broker refused (the whole transaction is aborted), or a commit whose
+// outcome is unknown.
+func (t *Transactional) Run(ctx context.Context) error {
+	timer := time.NewTimer(t.cfg.Interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-t.kick:
+		}
+		start := time.Now()
+		if err := t.commitQueued(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopping: the broker aborts what is open, or the next start's Fence does
+			}
+			return err
+		}
+		// At most every Interval: the next commit waits for what is left
+		// of it, unless enough records wait.
+		timer.Reset(max(0, t.cfg.Interval-time.Since(start)))
+	}
+}
+
+// commitQueued writes the records up to the last boundary and their
+// checkpoint in one transaction.
+func (t *Transactional) commitQueued(ctx context.Context) error {
+	t.mu.Lock()
+	batch := t.queue[:t.boundary:t.boundary]
+	through := t.through
+	t.queue = t.queue[t.boundary:]
+	t.boundary = 0
+	t.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	start := time.Now()
+	if err := t.cl.BeginTransaction(); err != nil {
+		return t.failed("begin a transaction", err)
+	}
+	var (
+		emu      sync.Mutex
+		firstErr error
+		failedR  *kgo.Record
+	)
+	collect := func(r *kgo.Record, err error) {
+		if err != nil {
+			emu.Lock()
+			if firstErr == nil {
+				firstErr, failedR = err, r
+			}
+			emu.Unlock()
+		}
+	}
+	for _, q := range batch {
+		t.cl.Produce(ctx, q.r, collect)
+	}
+	t.cl.Produce(ctx, CheckpointRecord(t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin, through), collect)
+	if err := t.cl.Flush(ctx); err != nil {
+		return t.abort(ctx, "flush the transaction's records", err)
+	}
+	if firstErr != nil {
+		if fenced(firstErr) {
+			return t.abort(ctx, "produce the transaction's records", firstErr)
+		}
+		return t.abort(ctx, "produce the transaction's records", &RecordError{Topic: failedR.Topic, Err: firstErr})
+	}
+	if err := t.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return t.abort(ctx, "commit the transaction", err)
+	}
+	took := time.Since(start)
+	t.committed.Store(uint64(through))
+	if t.obs != nil {
+		t.obs.TxCommitted(len(batch), took)
+	}
+	for _, q := range batch {
+		q.promise(q.r, nil)
+	}
+	return nil
+}
+
+// abort ends a failed transaction without committing it. What failed is
+// the error either way: the stream stops, and the next start sends again
+// what this transaction held.
+func (t *Transactional) abort(ctx context.Context, op string, err error) error {
+	if t.obs != nil {
+		t.obs.TxAborted()
+	}
+	if aerr := t.cl.AbortBufferedRecords(ctx); aerr == nil {
+		_ = t.cl.EndTransaction(ctx, kgo.TryAbort)
+	}
+	return t.failed(op, err)
+}
+
+func (t *Transactional) failed(op string, err error) error {
+	return &TxError{TransactionalID: t.cfg.TransactionalID, Op: op, Err: err}
+}
+
+// Ping asks a broker for metadata (see Sink.Ping).
+func (t *Transactional) Ping(ctx context.Context) error { return t.cl.Ping(ctx) }
+
+// Close stops the client; an open transaction is left to the broker's
+// timeout or the next instance's Fence, which abort it.
+func (t *Transactional) Close() { t.cl.Close() }
+
+// quieter logs franz-go's info as debug.
+type quieter struct{ kgo.Logger }
+
+func (q quieter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if level == kgo.LogLevelInfo {
+		level = kgo.LogLevelDebug
+	}
+	if level <= q.Level() {
+		q.Logger.Log(level, msg, keyvals...)
+	}
+}
+
+// TxError is a failure of the transactional producer: what it was doing
+// and the broker's error.
+type TxError struct {
+	TransactionalID string
+	Op              string
+	Err             error
+}
+
+func (e *TxError) Error() string {
+	return fmt.Sprintf("transactional id %q: %s: %v", e.TransactionalID, e.Op, e.Err)
+}
+
+func (e *TxError) Unwrap() error { return e.Err }
+
+// Fenced reports whether the producer was fenced: another producer
+// registered the same transactional id, so this one may never write again.
+func (e *TxError) Fenced() bool { return fenced(e.Err) }
+
+// fenced reports whether err says a newer producer has the transactional
+// id: the broker answers a fenced producer's produce with
+// INVALID_PRODUCER_EPOCH and its transaction requests with PRODUCER_FENCED.
+func fenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+// RecordError is a record the broker refused inside a transaction.
+type RecordError struct {
+	Topic string
+	Err   error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("the broker refused a record for topic %s: %v", e.Topic, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
