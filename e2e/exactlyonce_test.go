@@ -133,15 +133,7 @@ func TestExactlyOnceEndToEnd(t *testing.T) {
 	wl := newWorkload(e)
 	s := e.eo()
 	e.waitStreaming()
-	writing := make(chan error, 2)
-	for w := 0; w < 2; w++ {
-		go func() { writing <- wl.write(ctx, w, 1000, 1+w*9, "payment", false) }()
-	}
-	for w := 0; w < 2; w++ {
-		if err := <-writing; err != nil {
-			t.Fatalf("writer: %v", err)
-		}
-	}
+	wl.writeConcurrently(t, ctx, 1000, 1, 10)()
 	wl.checkExactlyOnce([]string{"payment"}, "while streaming")
 	eventually(t, time.Minute, "the last Kafka transaction", func() bool { return metricValue(t, s, "cdc_outbox_inflight_events") == 0 })
 	m := scrape(t, s.httpAddr())
@@ -184,10 +176,7 @@ func TestExactlyOnceSIGKILLCycles(t *testing.T) {
 	e.waitStreaming()
 	first.kill()
 
-	writing := make(chan error, 4)
-	for w := 0; w < 4; w++ {
-		go func() { writing <- wl.write(ctx, w, perWriter, []int{1, 5, 20, 50}[w], "payment", false) }()
-	}
+	writersDone := wl.writeConcurrently(t, ctx, perWriter, 1, 5, 20, 50)
 	rng := rand.New(rand.NewPCG(5, 6))
 	skipped := 0 // starts that skipped what Kafka held
 	for cycle := 1; cycle <= cycles; cycle++ {
@@ -199,11 +188,7 @@ func TestExactlyOnceSIGKILLCycles(t *testing.T) {
 			skipped++
 		}
 	}
-	for w := 0; w < 4; w++ {
-		if err := <-writing; err != nil {
-			t.Fatalf("writer: %v", err)
-		}
-	}
+	writersDone()
 	s := e.eo()
 	wl.checkExactlyOnce([]string{"payment"}, fmt.Sprintf("after %d SIGKILL cycles (%d starts skipped transactions Kafka held)", cycles, skipped))
 	s.stop()
@@ -430,19 +415,12 @@ func TestExactlyOnceReconnects(t *testing.T) {
 	wl := newWorkload(e)
 	s := e.eo()
 	e.waitStreaming()
-	writing := make(chan error, 2)
-	for w := 0; w < 2; w++ {
-		go func() { writing <- wl.write(ctx, w, 3000, []int{1, 50}[w], "payment", false) }()
-	}
+	writersDone := wl.writeConcurrently(t, ctx, 3000, 1, 50)
 	for cut := 0; cut < 5; cut++ {
 		wl.progress(t, 300)
 		testenv.Exec(t, e.url, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot)
 	}
-	for w := 0; w < 2; w++ {
-		if err := <-writing; err != nil {
-			t.Fatalf("writer: %v", err)
-		}
-	}
+	writersDone()
 	wl.checkExactlyOnce([]string{"payment"}, "across 5 cut replication connections")
 	if n := strings.Count(s.logText(), "replication connection lost"); n == 0 {
 		t.Fatal("the streamer never lost its connection")

@@ -259,6 +259,24 @@ func newWorkload(e *env) *workload {
 	return &workload{e: e, seq: map[string]int{}, insert: insertEvent}
 }
 
+// writeConcurrently starts one writer per entry of txSizes (writer w
+// writes n payment events in transactions of txSizes[w] rows) and returns
+// the wait for them all, which fails the test on a writer's error.
+func (wl *workload) writeConcurrently(t *testing.T, ctx context.Context, n int, txSizes ...int) (wait func()) {
+	writing := make(chan error, len(txSizes))
+	for w, size := range txSizes {
+		go func() { writing <- wl.write(ctx, w, n, size, "payment", false) }()
+	}
+	return func() {
+		t.Helper()
+		for range txSizes {
+			if err := <-writing; err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+		}
+	}
+}
+
 // write commits n events of aggregate type typ from writer w, in
 // transactions of txSize rows; deleteAfter also deletes each transaction's
 // rows before committing (the insert-then-delete pattern).
