@@ -196,11 +196,11 @@ func links(text string) (targets []string, lines []int) {
 	return targets, lines
 }
 
-// TestDocsLinksResolve: every relative link of every Markdown file points
+// TestReadmeAndDocsLinksResolve: every relative link of every Markdown file points
 // at a file or folder that exists, and every #anchor at a heading of the
 // Markdown file it names (GitHub's anchors), so a moved section breaks a
 // test, not a reader's click.
-func TestDocsLinksResolve(t *testing.T) {
+func TestReadmeAndDocsLinksResolve(t *testing.T) {
 	files := markdownFiles(t)
 	texts := map[string]string{}
 	for _, f := range files {
