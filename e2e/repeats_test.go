@@ -102,7 +102,7 @@ var notAgainField = regexp.MustCompile(`"not_published_again":(\d+)`)
 // before any Kafka transaction takes them, so when the connection breaks
 // inside it, none of them is in Kafka (nor acknowledged): they are dropped,
 // and the transaction sent again is published once. The walsender is
-// terminated while it sends one transaction of 50,000 rows (a third of the
+// terminated while it sends one transaction of 50,000 rows (a sixth of the
 // at-least-once test's: every record of it is held in memory until its
 // commit), once its decoding reached the transaction's commit and before
 // the slot confirmed it; a cut that lands after the streamer had it whole

@@ -264,12 +264,12 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
 		p.obs.Received(p.commitTime)
+		if p.txp == nil {
+			p.resendBegin(ev.Xid, ev.FinalLSN, p.commitTime)
+		}
 		// The commit record starts at FinalLSN and ends at the end LSN a
 		// checkpoint holds: a transaction ended at or before the checkpoint
 		// exactly when its commit record starts before it.
-		if p.txp == nil {
-			p.resendBegin(ev.Xid, ev.FinalLSN)
-		}
 		p.skipping = p.txp != nil && ev.FinalLSN < p.through
 		if p.skipping && p.skippedTx.Add(1) == 1 {
 			p.log.Info("skipping transactions that Kafka holds already (exactly-once): PostgreSQL sends again what it was not yet told of",

@@ -21,8 +21,11 @@ import (
 // connection broke, and what the broker acknowledged out of order after a
 // record still in flight, is published again: a repeat, never a loss.
 //
-// A transaction is known again by its xid and the LSN of its commit record
-// (the Begin message's final LSN); a change within it by its position: its
+// A transaction is known again by its xid, the LSN of its commit record
+// (the Begin message's final LSN) and its commit time: after a promotion or
+// a restore the server's WAL past the fork holds other transactions, which
+// may reuse both an xid and a commit LSN, never also the commit time to the
+// microsecond. A change within it is known by its position: its
 // LSN and, since the rows of one multi-row INSERT or COPY share one LSN, how
 // many changes of the transaction came before it at that LSN. Positions
 // increase through a transaction as the server sends it.
@@ -47,6 +50,7 @@ func (a position) atOrBefore(b position) bool { return a.lsn < b.lsn || (a.lsn =
 type sentTx struct {
 	xid   uint32
 	final pglogrepl.LSN // the commit record's LSN
+	when  int64         // the commit time, unix nanoseconds
 	end   pglogrepl.LSN // the commit's end LSN; 0 while open (replication goroutine only)
 	n     uint32        // records produced (replication goroutine only)
 
@@ -104,18 +108,20 @@ type resendState struct {
 	// lost while its changes are still in that acknowledged prefix; nil
 	// once a change is past it, from then on every change is published.
 	earlier *sentTx
-	// xid and final name the open transaction; at is the position of its
+	// xid, final and when name the open transaction; at is the position of its
 	// last change; skipped counts its changes not published again and
 	// last is the last of them.
 	xid     uint32
 	final   pglogrepl.LSN
+	when    int64
 	at      position
 	skipped int
 	last    position
 }
 
-// resendBegin is a Begin message: xid's transaction commits at final.
-func (p *Pipeline) resendBegin(xid uint32, final pglogrepl.LSN) {
+// resendBegin is a Begin message: xid's transaction commits at final, at
+// time when.
+func (p *Pipeline) resendBegin(xid uint32, final pglogrepl.LSN, when int64) {
 	r := &p.resend
 	confirmed := p.ckpt.Confirmed()
 	i := 0
@@ -131,13 +137,13 @@ func (p *Pipeline) resendBegin(xid uint32, final pglogrepl.LSN) {
 	}
 	r.earlier = nil
 	if len(r.again) > 0 && r.again[0].final == final {
-		if r.again[0].xid == xid {
+		if a := r.again[0]; a.xid == xid && a.when == when {
 			r.earlier = r.again[0]
 		}
 		r.again[0] = nil
 		r.again = r.again[1:]
 	}
-	r.xid, r.final, r.cur = xid, final, nil
+	r.xid, r.final, r.when, r.cur = xid, final, when, nil
 	r.at, r.skipped, r.last = position{}, 0, position{}
 }
 
@@ -172,7 +178,7 @@ func (p *Pipeline) resendSent(pd *pending) {
 	if r.cur == nil {
 		// What this sending skipped is acknowledged: the prefix starts
 		// after it.
-		r.cur = &sentTx{xid: r.xid, final: r.final, through: r.last, has: r.skipped > 0}
+		r.cur = &sentTx{xid: r.xid, final: r.final, when: r.when, through: r.last, has: r.skipped > 0}
 		r.sent = append(r.sent, r.cur)
 	}
 	pd.sent, pd.sentSeq, pd.at = r.cur, r.cur.n, r.at

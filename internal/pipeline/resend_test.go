@@ -8,7 +8,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-func beginXid(final uint64, xid uint32) []byte { return be32(be64(be64([]byte{'B'}, final), 0), xid) }
+func beginXid(final uint64, xid uint32) []byte { return beginAt(final, 0, xid) }
+
+// beginAt is a Begin message with a commit time (microseconds since 2000).
+func beginAt(final, micros uint64, xid uint32) []byte {
+	return be32(be64(be64([]byte{'B'}, final), micros), xid)
+}
 
 // change is one message of a transaction as the server sends it: at lsn.
 type change struct {
@@ -233,5 +238,22 @@ func TestResentOtherTransactionAtTheSameLSN(t *testing.T) {
 	p.Lost()
 	if got := sendTx(t, p, s, txOf(90_000, 8, body, 90_100)...); !same(got, []string{"1", "2"}) {
 		t.Fatalf("another transaction produced %v, want [1 2]", got)
+	}
+}
+
+// TestResentSameXidOtherCommitTime: after a promotion the new primary may
+// hand out the xid again and commit at the same LSN; the commit time tells
+// that transaction from the one remembered.
+func TestResentSameXidOtherCommitTime(t *testing.T) {
+	p, _, s := newTestPipeline(t, Fail, 100)
+	a := newAcker(t, p, s)
+	sendTx(t, p, s, change{900, relationMsg()})
+	body := rows(10_000, false, 1, 2)
+	sendTx(t, p, s, append([]change{{89_950, beginAt(90_000, 1_000_000, 7)}}, body...)...)
+	a.latest("1", "2")
+	p.Lost()
+	again := append([]change{{89_950, beginAt(90_000, 2_000_000, 7)}}, body...)
+	if got := sendTx(t, p, s, append(again, change{90_000, commitMsg(90_100)})...); !same(got, []string{"1", "2"}) {
+		t.Fatalf("another transaction with the same xid and commit LSN produced %v, want [1 2]", got)
 	}
 }
