@@ -558,8 +558,7 @@ func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() - p.ope
 func (p *Pipeline) Lost() {
 	if p.txp == nil {
 		p.resendLost()
-	}
-	if p.txp != nil {
+	} else {
 		// Exactly-once: the open transaction's records are in no Kafka
 		// transaction yet; dropped, they are not repeated.
 		dropped := p.txp.Discard()

@@ -257,15 +257,16 @@ func (s *Stream) session(ctx context.Context) error {
 // now holds, read after acquiring it. A hot standby's position is the
 // slot's as it was when the standby started, possibly hours before it got
 // the slot, which the instance before it moved on since; sent as is, it
-// would move confirmed_flush_lsn backwards (PostgreSQL takes what it is
-// told), and a stop before the next update would send all of that again.
+// would move confirmed_flush_lsn backwards (older PostgreSQL releases take
+// what they are told; newer ones ignore it), and a stop before the next
+// update would send all of that again.
 // Everything up to the slot's position was confirmed by the process that
 // held it: the first update says at least that, and the checkpoint, when
 // nothing is open or in flight here, starts from it.
 func (s *Stream) tookOver(held pglogrepl.LSN) {
-	if confirmed := s.pos.Confirmed(); held > confirmed {
+	if own := max(s.pos.Confirmed(), s.lastSent); held > own {
 		s.log.Info("the slot is ahead of this instance's position: another instance confirmed more while this one waited; resuming from the slot's",
-			"slot", s.cfg.Slot, "slot_confirmed_lsn", held, "own_lsn", confirmed)
+			"slot", s.cfg.Slot, "slot_confirmed_lsn", held, "own_lsn", own)
 	}
 	s.lastSent = max(s.lastSent, held)
 	s.pos.Idle(held)
