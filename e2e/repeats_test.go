@@ -18,8 +18,8 @@ import (
 // TestWalsenderKilledInHugeTransaction: when the replication connection
 // ends inside a transaction, PostgreSQL sends that transaction again from
 // its start, with the same changes at the same LSNs. The streamer
-// remembers what the broker acknowledged of it and publishes again only
-// what follows. Here the walsender is terminated once at least 100,000
+// remembers which of its changes the broker acknowledged and publishes
+// again only the others. Here the walsender is terminated once at least 100,000
 // events of one 300,000-row transaction are in Kafka; the streamer
 // reconnects, nothing is missing, and the repeats stay within
 // --max-inflight-events. (100 in flight, with the 5 ms linger, paces the

@@ -138,10 +138,10 @@ type Pipeline struct {
 	open, openBytes atomic.Int64
 	skippedTx       atomic.Uint64
 
-	// resend remembers, in at-least-once delivery, what the broker
-	// acknowledged of each transaction not yet confirmed, so that one the
-	// server sends again after a lost connection is published again only
-	// past that (resend.go).
+	// resend remembers, in at-least-once delivery, which changes of each
+	// transaction not yet confirmed the broker acknowledged, so that of one
+	// the server sends again after a lost connection only the others are
+	// published again (resend.go).
 	resend resendState
 
 	obs Observer

@@ -161,10 +161,43 @@ func TestResentTransactionAcksOutOfOrder(t *testing.T) {
 	}
 }
 
+// TestResentTransactionSkipsWhatWasAckedAheadOfAGap: an acknowledgement
+// after a record still unanswered (another partition's broker answered
+// first) counts too: sent again, the transaction publishes the unanswered
+// changes only, around those.
+func TestResentTransactionSkipsWhatWasAckedAheadOfAGap(t *testing.T) {
+	p, ck, s := newTestPipeline(t, Fail, 100)
+	a := newAcker(t, p, s)
+	sendTx(t, p, s, change{900, relationMsg()})
+	body := rows(10_000, true, 1, 2, 3, 4, 5) // one multi-row INSERT: one LSN
+	sendTx(t, p, s, txOf(90_000, 7, body[:4], 0)...)
+	a.latest("1", "3")
+	p.Lost()
+	if got := sendTx(t, p, s, txOf(90_000, 7, body, 90_100)...); !same(got, []string{"2", "4", "5"}) {
+		t.Fatalf("sent again, it produced %v, want [2 4 5]", got)
+	}
+	a.latest("2", "4")
+	if ck.Confirmed() != 100 {
+		t.Fatalf("confirmed %s with event 5 unacknowledged", ck.Confirmed())
+	}
+	p.Lost() // before the commit was confirmed: sent a third time
+	if got := sendTx(t, p, s, txOf(90_000, 7, body, 90_100)...); !same(got, []string{"5"}) {
+		t.Fatalf("sent a third time, it produced %v, want [5]", got)
+	}
+	a.latest("5")
+	if ck.Confirmed() != 100 {
+		t.Fatalf("confirmed %s: the second sending committed, and its event 5 is unanswered", ck.Confirmed())
+	}
+	a.earliest("5")
+	if ck.Confirmed() != 90_100 {
+		t.Fatalf("confirmed %s, want 90100", ck.Confirmed())
+	}
+}
+
 // TestResentTransactionsWaitingAndOpen: a committed transaction still
 // waiting for an acknowledgement and the open one after it are both sent
-// again; each is published again only past what the broker acknowledged of
-// it. A transaction sent again whole with everything acknowledged
+// again; of each only what the broker had not acknowledged is published
+// again. A transaction sent again whole with everything acknowledged
 // publishes nothing and is confirmed at its commit.
 func TestResentTransactionsWaitingAndOpen(t *testing.T) {
 	p, ck, s := newTestPipeline(t, Fail, 100)
