@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
@@ -115,7 +116,12 @@ func committedRecords(t *testing.T, topics ...string) map[string]int {
 // start.
 func (e *env) kafkaCheckpoint() sink.Checkpoint {
 	e.t.Helper()
-	cp, err := sink.ReadCheckpoint(testenv.Context(e.t), sink.Config{Brokers: e.brokers}, "cdc_outbox.checkpoints", e.slot)
+	ctx := testenv.Context(e.t)
+	stream, err := replication.StreamIdentity(ctx, e.url, e.slot)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cp, err := sink.ReadCheckpoint(ctx, sink.Config{Brokers: e.brokers}, "cdc_outbox.checkpoints", stream, stream)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -499,9 +505,10 @@ func TestExactlyOnceLargeTransaction(t *testing.T) {
 }
 
 // TestExactlyOnceCheckpointOfAnotherCluster: the checkpoint topic holds a
-// checkpoint for the slot's name written by another cluster (its origin
-// differs), at an LSN far ahead of this server's. Its LSN means nothing
-// here: it is ignored with a warning, and nothing is skipped.
+// checkpoint under the slot's name (the former default key) written by
+// another cluster with the same slot name (its origin differs), at an LSN
+// far ahead of this server's. Its LSN means nothing here: it is not read,
+// and nothing is skipped.
 func TestExactlyOnceCheckpointOfAnotherCluster(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -521,8 +528,8 @@ func TestExactlyOnceCheckpointOfAnotherCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	wl.checkExactlyOnce([]string{"payment"}, "with another cluster's checkpoint in the topic")
-	if !strings.Contains(s.logText(), "the Kafka checkpoint of this slot is of another outbox table, database or cluster") {
-		t.Fatalf("no warning about the foreign checkpoint:\n%s", tailOf(s.logText(), 3000))
+	if !strings.Contains(s.logText(), "no checkpoint of this stream in Kafka yet") {
+		t.Fatalf("the foreign checkpoint was taken for this stream's:\n%s", tailOf(s.logText(), 3000))
 	}
 	s.stop()
 }

@@ -265,7 +265,7 @@ func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig,
 	opts, err := c.kafka.kafkaSecurityOpts()
 	if err == nil {
 		var cp sink.Checkpoint
-		cp, err = sink.ReadCheckpoint(ctx, sink.Config{Brokers: c.kafka.brokers(), Opts: opts}, c.kafka.CheckpointTopic, c.Slot)
+		cp, err = readCheckpoint(ctx, c, sink.Config{Brokers: c.kafka.brokers(), Opts: opts})
 		if err == nil && cp.Found {
 			r.KafkaCheckpointLSN = cp.LSN.String()
 			r.KafkaCheckpointAt = cp.At.UTC().Format(time.RFC3339)
@@ -277,6 +277,28 @@ func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig,
 	if err != nil {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the Kafka checkpoint of exactly-once delivery: %s; check --kafka-brokers, the TLS and SASL flags and --checkpoint-topic", say(err)))
 	}
+}
+
+// readCheckpoint reads the stream's Kafka checkpoint as run does: under
+// the stream's identity, or else under the former default key, the slot's
+// name, with the table's identity as origin.
+func readCheckpoint(ctx context.Context, c *statusConfig, cfg sink.Config) (sink.Checkpoint, error) {
+	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
+	if err != nil {
+		return sink.Checkpoint{}, err
+	}
+	cp, err := sink.ReadCheckpoint(ctx, cfg, c.kafka.CheckpointTopic, stream, stream)
+	if err != nil || cp.Found {
+		return cp, err
+	}
+	table, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
+	switch {
+	case errors.Is(err, replication.ErrNoTable):
+		return cp, nil // no table, no checkpoint of its former key
+	case err != nil:
+		return sink.Checkpoint{}, err
+	}
+	return sink.ReadCheckpoint(ctx, cfg, c.kafka.CheckpointTopic, c.Slot, table)
 }
 
 func (r *statusReport) fail(verdict, message string, err error) {
