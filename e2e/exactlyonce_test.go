@@ -345,20 +345,17 @@ func metricValue(t *testing.T, s *streamer, series string) float64 {
 	return scrape(t, s.httpAddr())[series]
 }
 
-// TestExactlyOnceSkipsWhatKafkaHolds: the streamer is killed after Kafka
-// committed its transactions and before it told PostgreSQL (status updates
-// only every 5s), so the slot's confirmed position is behind the Kafka
-// checkpoint. The next start reads the checkpoint, PostgreSQL sends those
-// transactions again, and they are skipped: each event is still in Kafka
-// once.
-func TestExactlyOnceSkipsWhatKafkaHolds(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	ctx := testenv.Context(t)
-	wl := newWorkload(e)
+// killBehindCheckpoint streams events in exactly-once delivery and
+// SIGKILLs the streamer after Kafka committed them and before it told
+// PostgreSQL (status updates only every 5s), so that the slot's confirmed
+// position is behind the Kafka checkpoint: a restart is sent again what
+// Kafka holds, and must skip it. extra are more streamer flags.
+func (wl *workload) killBehindCheckpoint(ctx context.Context, extra ...string) {
+	e, t := wl.e, wl.e.t
+	t.Helper()
 	committed := kgo.FetchIsolationLevel(kgo.ReadCommitted())
 	for attempt := 1; ; attempt++ {
-		s := e.eo("--status-interval", "5s", "--keepalive-interval", "10s")
+		s := e.eo(append([]string{"--status-interval", "5s", "--keepalive-interval", "10s"}, extra...)...)
 		e.waitStreaming()
 		if err := wl.write(ctx, attempt, 300, 10, "payment", false); err != nil {
 			t.Fatal(err)
@@ -372,13 +369,27 @@ func TestExactlyOnceSkipsWhatKafkaHolds(t *testing.T) {
 		cp := e.kafkaCheckpoint()
 		t.Logf("attempt %d: slot confirmed %d, Kafka checkpoint %d", attempt, confirmed, cp.LSN)
 		if int64(cp.LSN) > confirmed {
-			break
+			return
 		}
 		// A status update went out between the commit and the kill.
 		if attempt == 5 {
 			t.Fatal("the slot confirmed the Kafka checkpoint before every kill: nothing to skip")
 		}
 	}
+}
+
+// TestExactlyOnceSkipsWhatKafkaHolds: the streamer is killed after Kafka
+// committed its transactions and before it told PostgreSQL (status updates
+// only every 5s), so the slot's confirmed position is behind the Kafka
+// checkpoint. The next start reads the checkpoint, PostgreSQL sends those
+// transactions again, and they are skipped: each event is still in Kafka
+// once.
+func TestExactlyOnceSkipsWhatKafkaHolds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	wl := newWorkload(e)
+	wl.killBehindCheckpoint(ctx)
 	// status shows both positions: the Kafka checkpoint ahead of the slot.
 	out, err := exec.Command(binary, "status", "--json", "--postgres-url", e.url, "--slot", e.slot,
 		"--delivery", "exactly-once", "--kafka-brokers", e.brokers[0]).Output()
