@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func standbyCopy(t *testing.T, url, slot string) (exists, temporary bool) {
 	return exists, temporary
 }
 
-// TestFailoverReadinessFromTheStandby, on PostgreSQL 17: failover readiness
+// TestFailoverReadinessFromTheStandby, on PostgreSQL 17 and 18: failover readiness
 // is judged where it matters, on the standby. A failover slot that nothing
 // has consumed yet, made before transactions the standby replays, is
 // synchronized to the standby as a temporary copy (its catalog xmin is
@@ -55,7 +56,13 @@ func standbyCopy(t *testing.T, url, slot string) (exists, temporary bool) {
 // the copy turns persistent, and cdc_outbox_slot_failover_ready turns 1,
 // with the standby's state ready.
 func TestFailoverReadinessFromTheStandby(t *testing.T) {
-	ha := newHAPair(t, 17, false)
+	for _, major := range []int{17, 18} {
+		t.Run(strconv.Itoa(major), func(t *testing.T) { readinessFromTheStandby(t, major) })
+	}
+}
+
+func readinessFromTheStandby(t *testing.T, major int) {
+	ha := newHAPair(t, major, false)
 	e := newEnvAt(t, ha.writers)
 	e.runURL = ha.streamer
 	testenv.Exec(t, ha.primary.URL, `SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`, e.slot)
@@ -104,7 +111,7 @@ func TestFailoverReadinessFromTheStandby(t *testing.T) {
 	s.stop()
 }
 
-// TestFailoverInheritedStandbySlotsStall, on PostgreSQL 17: the primary
+// TestFailoverInheritedStandbySlotsStall, on PostgreSQL 17 and 18: the primary
 // names in synchronized_standby_slots a standby slot it does not have, as a
 // promoted standby does that inherited the old primary's setting with its
 // base backup. PostgreSQL holds the failover slot's walsender back and
@@ -113,7 +120,13 @@ func TestFailoverReadinessFromTheStandby(t *testing.T) {
 // sets cdc_outbox_standby_slots_blocking, and relays none of the repeats.
 // Applying the fix it printed lets the events flow: none is missing.
 func TestFailoverInheritedStandbySlotsStall(t *testing.T) {
-	c := testenv.Cluster(t, testenv.ClusterOptions{Major: 17, Config: []string{"synchronized_standby_slots = 'sb1'"}})
+	for _, major := range []int{17, 18} {
+		t.Run(strconv.Itoa(major), func(t *testing.T) { inheritedStandbySlotsStall(t, major) })
+	}
+}
+
+func inheritedStandbySlotsStall(t *testing.T, major int) {
+	c := testenv.Cluster(t, testenv.ClusterOptions{Major: major, Config: []string{"synchronized_standby_slots = 'sb1'"}})
 	e := newEnvAt(t, c.URL)
 	s := e.start("--slot-poll-interval", "1s")
 	e.waitStreaming()
