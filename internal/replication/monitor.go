@@ -99,9 +99,9 @@ func (m *Monitor) Run(ctx context.Context) {
 // check reads the slot and the publication once. Only Run's goroutine
 // calls it: it owns the connection.
 func (m *Monitor) check(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	info, err := m.read(ctx)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	info, err := m.read(rctx)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn("could not read the replication slot's state", "slot", m.cfg.Slot, "error", err)
@@ -110,7 +110,7 @@ func (m *Monitor) check(ctx context.Context) {
 	}
 	// The standbys have their own time: an unreachable one must not take
 	// the slot's.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	m.failover(fctx, info)
 }
