@@ -243,6 +243,11 @@ func checkpointAdvice(e *sink.CheckpointError) string {
 	case errors.Is(e.Err, kerr.ClusterAuthorizationFailed):
 		return "; create --checkpoint-topic yourself with cleanup.policy=compact, or grant the producer CREATE on the cluster"
 	}
+	var short *sink.ShortReadError
+	if errors.As(e.Err, &short) {
+		return "; the brokers were too slow to deliver --checkpoint-topic to its end within the start's minute, so the position is unknown and nothing was streamed: " +
+			"start again once they answer promptly (a restart is safe)"
+	}
 	return "; exactly-once delivery reads its position from --checkpoint-topic at start: check that the brokers answer and the topic can be read"
 }
 

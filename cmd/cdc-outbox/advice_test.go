@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -169,6 +170,10 @@ func TestAdvice(t *testing.T) {
 			"; grant the producer READ and WRITE (and CREATE, or create it yourself, compacted) on --checkpoint-topic"},
 		{"checkpoint topic create", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "create", Err: kerr.ClusterAuthorizationFailed},
 			"; create --checkpoint-topic yourself with cleanup.policy=compact, or grant the producer CREATE on the cluster"},
+		{"checkpoint topic not read to its end", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "read it",
+			Err: &sink.ShortReadError{Unread: map[int32]int64{0: 41}, Err: context.DeadlineExceeded}},
+			"; the brokers were too slow to deliver --checkpoint-topic to its end within the start's minute, so the position is unknown and nothing was streamed: " +
+				"start again once they answer promptly (a restart is safe)"},
 		{"checkpoint topic other", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "read it", Err: errors.New("dial: refused")},
 			"; exactly-once delivery reads its position from --checkpoint-topic at start: check that the brokers answer and the topic can be read"},
 

@@ -324,12 +324,20 @@ func (s *Stream) publicationGone(cause error) error {
 // error: the changes made while it is gone are then not sent at all, and a
 // streamer that went on would confirm past them. So that warning stops the
 // stream as the error does. It is told by its SQLSTATE and the
-// publication's name, which translations of the message keep. Other
-// notices are logged.
+// publication's name, which translations of the message keep. The
+// walsender's repeated notice that it waits for a standby slot of
+// synchronized_standby_slots is left to the slot monitor. Other notices are
+// logged.
 func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
 	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
 	if publicationSkipped(n, s.cfg.Publication) {
 		return fatal{s.publicationGone(n)}
+	}
+	if standbySlotsWait(n) {
+		// Repeated every few seconds while it lasts; the slot monitor says
+		// it once, with the fix.
+		s.log.Debug("PostgreSQL holds the stream back for a standby slot", "message", n.Message, "detail", n.Detail)
+		return nil
 	}
 	s.log.Warn("PostgreSQL sent a notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message, "detail", n.Detail)
 	return nil
