@@ -178,8 +178,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		txp *sink.Transactional
 		eo  *exactlyOnce
 	)
+	// The stream, made below, says which timeline it streams from: each
+	// Kafka checkpoint names it (exactly-once).
+	var st *replication.Stream
 	if c.Delivery == deliveryExactlyOnce {
-		if eo, err = newExactlyOnce(ctx, c, sinkCfg, kafkaOpts, m, log); err != nil {
+		if eo, err = newExactlyOnce(ctx, c, sinkCfg, kafkaOpts, func() int32 { return st.Timeline() }, m, log); err != nil {
 			return err
 		}
 		txp = eo.txp
@@ -229,9 +232,9 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		ShutdownTimeout:   c.ShutdownTimeout,
 	}
 	if eo != nil {
-		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p) }
+		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p, st, m) }
 	}
-	st := replication.New(rcfg, p, tracker, log)
+	st = replication.New(rcfg, p, tracker, log)
 	outbox := catalog.Outbox()
 	monitor := replication.NewMonitor(replication.MonitorConfig{
 		URL:         c.PostgresURL,
@@ -323,7 +326,7 @@ type exactlyOnce struct {
 // newExactlyOnce makes the exactly-once producer and creates the
 // checkpoint topic when missing. Nothing is fenced yet: a standby waiting
 // for the slot must not stop the instance that streams.
-func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
+func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, timeline func() int32, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
 	origin, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox table's identity for the Kafka checkpoint: %w", err)
@@ -334,6 +337,7 @@ func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpt
 		CheckpointTopic: c.CheckpointTopic,
 		CheckpointKey:   c.Slot,
 		Origin:          origin,
+		Timeline:        timeline,
 		Interval:        c.TransactionInterval,
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
 	}, obs, log)
@@ -353,9 +357,13 @@ func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpt
 // holding runs once the stream holds the slot, before it reads: it
 // registers the transactional id (fencing the instance before this one and
 // aborting the Kafka transaction it left open), then reads the slot's last
-// committed checkpoint and has p skip every transaction at or before it,
-// which PostgreSQL sends again from the slot's older position.
-func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline) error {
+// committed checkpoint and has p skip the transactions before it that
+// PostgreSQL sends again from the slot's older position, as far as the
+// checkpoint is proven to be on the WAL history of the server st streams
+// from (checkpoint.Decide): up to the fork when the history forked after
+// it, up to the checkpoint once its commit is met again (Pipeline.Verify),
+// nothing when it cannot be verified.
+func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *replication.Stream, lost interface{ LostHistory() }) error {
 	c, log := eo.c, eo.log
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -372,14 +380,31 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline) error 
 			"checkpoint_origin", cp.Origin, "origin", eo.origin)
 		cp = sink.Checkpoint{}
 	}
-	if cp.Found {
-		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again",
-			"transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN, "written_at", cp.At)
-	} else {
+	if !cp.Found {
 		log.Info("exactly-once delivery: no checkpoint for the slot in Kafka yet", "transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic)
+		return nil
 	}
 	eo.txp.SetCheckpoint(cp.LSN)
-	p.SkipThrough(cp.LSN)
+	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime}
+	timeline, ends := st.History()
+	trust := checkpoint.Decide(mark, timeline, ends)
+	attrs := []any{"transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN,
+		"checkpoint_timeline", mark.Timeline, "timeline", timeline, "stream_start_lsn", p.Newest(), "written_at", cp.At}
+	switch {
+	case trust.Verify:
+		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again, "+
+			"once the checkpoint's commit is met on this server's history", attrs...)
+		p.Verify(mark)
+	case trust.LostFrom != 0:
+		lost.LostHistory()
+		log.Warn("lost history: the Kafka checkpoint lies past the fork of this server's timeline: only the transactions up to the fork are skipped, "+
+			"and the events Kafka holds of the WAL between the fork and the checkpoint are of a history the server never had; it commits other transactions there, "+
+			"and may hand out the same event ids again", append(attrs, "why", trust.Why, "lost_from_lsn", trust.LostFrom, "lost_to_lsn", cp.LSN)...)
+		p.SkipThrough(trust.Skip)
+	default:
+		log.Warn("exactly-once delivery: the Kafka checkpoint cannot be verified on this server's WAL history: nothing is skipped, "+
+			"so transactions Kafka holds may be published again", append(attrs, "why", trust.Why)...)
+	}
 	return nil
 }
 

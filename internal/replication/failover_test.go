@@ -6,7 +6,7 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-func TestSwitchpoint(t *testing.T) {
+func TestHistoryEnds(t *testing.T) {
 	// A history file as PostgreSQL writes it for timeline 3: each line is a
 	// parent timeline, the LSN where it ended, and why.
 	history := []byte("1\t0/3000060\tno recovery target specified\n\n" +
@@ -22,12 +22,12 @@ func TestSwitchpoint(t *testing.T) {
 		{3, 0, false}, // the current timeline has not ended
 		{7, 0, false},
 	} {
-		got, ok := switchpoint(history, c.tli)
+		got, ok := historyEnds(history)[c.tli]
 		if got != c.want || ok != c.ok {
-			t.Errorf("switchpoint(tli %d) = %s, %v; want %s, %v", c.tli, got, ok, c.want, c.ok)
+			t.Errorf("historyEnds[tli %d] = %s, %v; want %s, %v", c.tli, got, ok, c.want, c.ok)
 		}
 	}
-	if _, ok := switchpoint([]byte("x\ty\n1\tnot-an-lsn\n"), 1); ok {
+	if _, ok := historyEnds([]byte("x\ty\n1\tnot-an-lsn\n"))[1]; ok {
 		t.Error("an unparsable LSN was accepted")
 	}
 }

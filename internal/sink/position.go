@@ -18,28 +18,68 @@ import (
 // earlier one) holds, and the outbox table's identity (system identifier,
 // database and table OIDs), without which an LSN means nothing: another
 // cluster's WAL, or a restored one's, has its own positions.
+//
+// Timeline, Xid and CommitTime name that transaction in its WAL history:
+// the timeline it was streamed on, its xid and its commit time (unix
+// microseconds, as PostgreSQL keeps it). A promoted standby and a restored
+// base backup keep the system identifier and reuse LSNs; these say whether
+// the LSN is the same commit there. Records written before they existed
+// have none (zero): such a checkpoint cannot be verified.
 type checkpointValue struct {
-	LSN    string `json:"lsn"`
-	Origin string `json:"origin"`
+	LSN        string `json:"lsn"`
+	Origin     string `json:"origin"`
+	Timeline   int32  `json:"timeline,omitempty"`
+	Xid        uint32 `json:"xid,omitempty"`
+	CommitTime int64  `json:"commit_time_us,omitempty"`
+}
+
+// Commit is the PostgreSQL transaction a checkpoint is written after.
+type Commit struct {
+	End        pglogrepl.LSN // its end LSN: the checkpoint's position
+	Timeline   int32
+	Xid        uint32
+	CommitTime time.Time
 }
 
 // CheckpointRecord is the checkpoint record of key (the slot) at lsn of the
-// table origin.
+// table origin, naming no commit: as an older version wrote it.
 func CheckpointRecord(topic, key, origin string, lsn pglogrepl.LSN) *kgo.Record {
-	v, _ := json.Marshal(checkpointValue{LSN: lsn.String(), Origin: origin}) // strings always encode
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: v}
+	return CheckpointRecordAt(topic, key, origin, Commit{End: lsn})
+}
+
+// CheckpointRecordAt is the checkpoint record of key (the slot) after the
+// commit at of the table origin.
+func CheckpointRecordAt(topic, key, origin string, at Commit) *kgo.Record {
+	v := checkpointValue{LSN: at.End.String(), Origin: origin, Timeline: at.Timeline, Xid: at.Xid}
+	if !at.CommitTime.IsZero() {
+		v.CommitTime = at.CommitTime.UnixMicro()
+	}
+	b, _ := json.Marshal(v) // strings and numbers always encode
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b}
 }
 
 // ParseCheckpoint reads a checkpoint record's value.
 func ParseCheckpoint(value []byte) (lsn pglogrepl.LSN, origin string, err error) {
+	at, origin, err := parseCheckpoint(value)
+	return at.End, origin, err
+}
+
+// parseCheckpoint reads a checkpoint record's value with the commit it
+// names.
+func parseCheckpoint(value []byte) (at Commit, origin string, err error) {
 	var v checkpointValue
 	if err := json.Unmarshal(value, &v); err != nil {
-		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
+		return Commit{}, "", fmt.Errorf("checkpoint record %q: %w", value, err)
 	}
-	if lsn, err = pglogrepl.ParseLSN(v.LSN); err != nil {
-		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
+	lsn, err := pglogrepl.ParseLSN(v.LSN)
+	if err != nil {
+		return Commit{}, "", fmt.Errorf("checkpoint record %q: %w", value, err)
 	}
-	return lsn, v.Origin, nil
+	at = Commit{End: lsn, Timeline: v.Timeline, Xid: v.Xid}
+	if v.CommitTime != 0 {
+		at.CommitTime = time.UnixMicro(v.CommitTime).UTC()
+	}
+	return at, v.Origin, nil
 }
 
 // Checkpoint is what the checkpoint topic says of one key.
@@ -51,6 +91,9 @@ type Checkpoint struct {
 	Origin string
 	// At is the record's timestamp: when its transaction was written.
 	At time.Time
+	// Commit names the PostgreSQL transaction at LSN in its WAL history;
+	// its Timeline is 0 in a record of an older version.
+	Commit Commit
 }
 
 // checkpointPartitions is the checkpoint topic's partition count when
@@ -169,12 +212,12 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 				}
 			case string(r.Key) != key:
 			default:
-				lsn, origin, perr := ParseCheckpoint(r.Value)
+				at, origin, perr := parseCheckpoint(r.Value)
 				if perr != nil {
 					err = perr
 					return
 				}
-				c := Checkpoint{LSN: lsn, Found: true, Origin: origin, At: r.Timestamp}
+				c := Checkpoint{LSN: at.End, Found: true, Origin: origin, At: r.Timestamp, Commit: at}
 				if r.Attrs.IsTransactional() {
 					pending[r.ProducerID] = c
 				} else {
