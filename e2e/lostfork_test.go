@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -115,54 +118,10 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 	w.waitMore(600)
 	w.stop()
 
-	// The truth is the new primary's outbox.
-	rows, _ := e.pool.Query(testenv.Context(t), `SELECT id::text, aggregate_id, coalesce((payload->>'seq')::int, 0) FROM outbox`)
-	table, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
-		var ev event
-		err := row.Scan(&ev.id, &ev.aggregate, &ev.seq)
-		return ev, err
-	})
-	if err != nil {
-		t.Fatalf("read the new primary's outbox: %v", err)
-	}
-	want := map[event]bool{}
-	for _, ev := range table {
-		want[ev] = true
-	}
-	var missing, duplicates, lost, collisions int
-	var got map[event]int
-	eventually(t, 3*time.Minute, fmt.Sprintf("the %d events of the new primary in Kafka", len(table)), func() bool {
-		got = map[event]int{}
-		for _, ev := range readEvents(t, e.topic("payment"), readCommitted) {
-			got[ev]++
-		}
-		missing = 0
-		for ev := range want {
-			if got[ev] == 0 {
-				missing++
-			}
-		}
-		return missing == 0
-	})
-	ids := map[string]bool{} // ids of the lost history's events in Kafka
-	for ev, n := range got {
-		if !want[ev] {
-			lost++
-			ids[ev.id] = true
-		} else {
-			duplicates += n - 1
-		}
-	}
-	for ev := range want {
-		if ids[ev.id] {
-			collisions++
-		}
-	}
-	t.Logf("%s failover past the fork: new primary's outbox %d events, missing %d, duplicates %d; lost history in Kafka %d events (of %d written after the cut), "+
-		"new events sharing an id with one of them %d; skipped on restart %v; %s in all",
-		delivery, len(table), missing, duplicates, lost, len(pastCut), collisions,
-		metricValue(t, st, "cdc_outbox_transactions_skipped_total"), time.Since(began).Round(time.Second))
-	if lost == 0 {
+	c := countHistories(t, e, readCommitted)
+	t.Logf("%s failover past the fork: %s (of %d events written after the cut); skipped on restart %v; %s in all",
+		delivery, c, len(pastCut), metricValue(t, st, "cdc_outbox_transactions_skipped_total"), time.Since(began).Round(time.Second))
+	if c.lost == 0 {
 		t.Fatal("no event of the lost history in Kafka: the test did not fail over past the fork")
 	}
 	if delivery == "exactly-once" {
@@ -175,6 +134,77 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 		}
 	}
 	st.stop()
+}
+
+// histories is what Kafka holds of a server's outbox after its history
+// forked from the one streamed before: the server's events (expected),
+// those missing in Kafka and repeated there, the lost history's events in
+// Kafka (lost), and the server's events whose id one of those has too
+// (collisions: a consumer deduping by id drops them).
+type histories struct {
+	expected, missing, duplicates, lost, collisions int
+}
+
+func (h histories) String() string {
+	return fmt.Sprintf("expected=%d missing=%d duplicates=%d; lost history in Kafka %d events, new events sharing an id with one of them %d",
+		h.expected, h.missing, h.duplicates, h.lost, h.collisions)
+}
+
+// countHistories waits until Kafka has every event of the outbox of e's
+// server (the truth after a failover or a restore) and counts. An event is
+// told by id and content: after a fork one id may name two events.
+func countHistories(t *testing.T, e *env, readCommitted bool) histories {
+	t.Helper()
+	rows, _ := e.pool.Query(testenv.Context(t), `SELECT id::text, aggregate_id, coalesce((payload->>'seq')::int, 0) FROM outbox`)
+	table, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
+		var ev event
+		err := row.Scan(&ev.id, &ev.aggregate, &ev.seq)
+		return ev, err
+	})
+	if err != nil {
+		t.Fatalf("read the outbox: %v", err)
+	}
+	want := map[event]bool{}
+	for _, ev := range table {
+		want[ev] = true
+	}
+	h := histories{expected: len(want)}
+	var got map[event]int
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		got = map[event]int{}
+		for _, ev := range readEvents(t, e.topic("payment"), readCommitted) {
+			got[ev]++
+		}
+		h.missing = 0
+		for ev := range want {
+			if got[ev] == 0 {
+				h.missing++
+			}
+		}
+		if h.missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3m, %d of the %d events of the outbox are not in Kafka", h.missing, len(want))
+		}
+		time.Sleep(250 * time.Millisecond) // the poll's period
+	}
+	ids := map[string]bool{} // ids of the lost history's events in Kafka
+	for ev, n := range got {
+		if !want[ev] {
+			h.lost++
+			ids[ev.id] = true
+		} else {
+			h.duplicates += n - 1
+		}
+	}
+	for ev := range want {
+		if ids[ev.id] {
+			h.collisions++
+		}
+	}
+	return h
 }
 
 // forkOf reads, on the promoted server at url, the LSN where timeline tli
@@ -249,4 +279,86 @@ func readEvents(t *testing.T, topic string, readCommitted bool) []event {
 		})
 	}
 	return out
+}
+
+// TestExactlyOnceRestoredBaseBackup: a cluster restored from a base backup
+// and started as a primary keeps the system identifier and the timeline
+// and writes other transactions at the LSNs the old primary had used. The
+// Kafka checkpoint, written on the old primary after the backup, names an
+// LSN the restored cluster reaches again with other transactions: started
+// on it with --recreate-slot, cdc-outbox skips nothing it has not verified,
+// finds at the checkpoint's position another commit (or none), reads again
+// what it skipped tentatively and publishes it. Every event of the
+// restored cluster is in Kafka, read_committed.
+func TestExactlyOnceRestoredBaseBackup(t *testing.T) {
+	began := time.Now()
+	old := testenv.Cluster(t, testenv.ClusterOptions{})
+	// The backup: a standby, stopped, later started without standby.signal
+	// (a restore of a base backup with the WAL it has).
+	backup := old.Standby("backup_1", testenv.ClusterOptions{})
+	e := newEnvAt(t, old.URL)
+	ctx := testenv.Context(t)
+	wl := newWorkload(e)
+	st := e.eo("--slot-failover=false")
+	e.waitStreaming()
+	if err := wl.write(ctx, 1, 300, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	var lsn string
+	if err := e.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the backup to replay up to "+lsn, func() bool {
+		var ok bool
+		conn := testenv.Connect(t, backup.URL)
+		defer conn.Close(context.Background())
+		return conn.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&ok) == nil && ok
+	})
+	backup.Control("stop")
+
+	// The old primary goes on; Kafka commits its events and a checkpoint
+	// past the backup's WAL.
+	if err := wl.write(ctx, 2, 400, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := wl.verify([]string{"payment"}, 2*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted())); v.missing != 0 {
+		t.Fatalf("before the restore: %s", v)
+	}
+	st.kill()
+	old.Control("kill")
+	cp := e.kafkaCheckpoint()
+
+	if err := os.Remove(filepath.Join(backup.DataDir, "standby.signal")); err != nil {
+		t.Fatal(err)
+	}
+	backup.Control("start")
+	e.url, e.runURL = backup.URL, backup.URL
+	pool, err := pgxpool.New(ctx, backup.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e.pool = pool
+	st = e.eo("--recreate-slot")
+	e.waitStreaming()
+	start, err := pglogrepl.ParseLSN(slotConfirmed(t, backup.URL, e.slot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start >= cp.LSN {
+		t.Fatalf("the new slot starts at %s, at or past the Kafka checkpoint %s: the restored cluster's WAL does not overlap what Kafka holds", start, cp.LSN)
+	}
+	if err := wl.write(ctx, 3, 600, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	c := countHistories(t, e, true)
+	log := st.logText()
+	t.Logf("restored base backup, --recreate-slot, exactly-once: new slot at %s, Kafka checkpoint at %s; %s; %s in all", start, cp.LSN, c, time.Since(began).Round(time.Second))
+	if !strings.Contains(log, "the Kafka checkpoint is not on this server's WAL history") {
+		t.Fatalf("the restart does not say that the checkpoint is not on the restored cluster's history:\n%s", tailOf(log, 3000))
+	}
+	if n := metricValue(t, st, "cdc_outbox_lost_history_total"); n != 1 {
+		t.Fatalf("cdc_outbox_lost_history_total = %v, want 1", n)
+	}
+	st.stop()
 }
