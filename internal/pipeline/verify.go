@@ -53,7 +53,7 @@ func (p *Pipeline) verifyBegin(final pglogrepl.LSN) error {
 		p.skipping, p.unproven = true, true
 		return nil
 	}
-	return p.refute(final, 0, time.Time{})
+	return p.refute(final, 0, time.Time{}, p.tentative)
 }
 
 // verifyCommit ends a tentatively skipped transaction that ended at end.
@@ -66,6 +66,7 @@ func (p *Pipeline) verifyCommit(end pglogrepl.LSN) (tentative bool, err error) {
 	switch {
 	case m.Is(end, p.xid, at):
 		p.verify, p.unproven = nil, false
+		p.through = max(p.through, m.End)
 		p.ckpt.Hold(false)
 		p.skippedTx.Add(p.tentative + 1)
 		p.log.Info("skipping transactions that Kafka holds already (exactly-once): the Kafka checkpoint's commit is on this server's history, "+
@@ -80,13 +81,15 @@ func (p *Pipeline) verifyCommit(end pglogrepl.LSN) (tentative bool, err error) {
 		p.tx = nil
 		return true, nil
 	}
-	return false, p.refute(end, p.xid, at)
+	// This transaction's rows were skipped too.
+	return false, p.refute(end, p.xid, at, p.tentative+1)
 }
 
 // refute ends the verification: the stream reached at without meeting the
-// checkpoint's commit. What it skipped tentatively is read again.
-func (p *Pipeline) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time) error {
-	m, skipped := *p.verify, p.tentative
+// checkpoint's commit, after skipping skipped transactions tentatively,
+// which are read again.
+func (p *Pipeline) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time, skipped uint64) error {
+	m := *p.verify
 	p.verify, p.unproven, p.skipping, p.tentative = nil, false, false, 0
 	p.ckpt.Hold(false)
 	p.obs.LostHistory()
@@ -111,12 +114,12 @@ func (p *Pipeline) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time) er
 type UnverifiedError struct {
 	Checkpoint checkpoint.Mark
 	At         pglogrepl.LSN // where the stream passed it
-	Skipped    uint64        // transactions skipped tentatively, to read again
+	Skipped    uint64        // transactions skipped tentatively up to At, to read again
 }
 
 func (e *UnverifiedError) Error() string {
 	return fmt.Sprintf("the Kafka checkpoint at %s (transaction %d of timeline %d) is not on this server's WAL history: the stream passed it at %s; "+
-		"reading again the %d transactions skipped before it", e.Checkpoint.End, e.Checkpoint.Xid, e.Checkpoint.Timeline, e.At, e.Skipped)
+		"reading again the %d transactions skipped up to there", e.Checkpoint.End, e.Checkpoint.Xid, e.Checkpoint.Timeline, e.At, e.Skipped)
 }
 
 // Resend tells the replication stream to read again from its confirmed

@@ -69,12 +69,15 @@ func TestVerifiedCheckpointSkips(t *testing.T) {
 // confirmed, and what the server sends again is all published.
 func TestRefutedCheckpointReadsAgain(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		after [][]byte // what the server has after the first transaction
-		end   pglogrepl.LSN
+		name          string
+		first, second [][]byte // what the server has from the slot's position on
+		skipped       uint64   // transactions skipped tentatively when it is refuted
+		end           pglogrepl.LSN
 	}{
-		{"another commit at the checkpoint", vtx(600, 99, "3"), 600},
-		{"no commit at the checkpoint", vtx(650, 65, "3"), 650},
+		{"another commit at the checkpoint", vtx(500, 50, "1", "2"), vtx(600, 99, "3"), 2, 600},
+		{"no commit at the checkpoint", vtx(500, 50, "1", "2"), vtx(650, 65, "3"), 1, 650},
+		// Its own rows were skipped, tentatively, before its commit.
+		{"the first transaction is another at the checkpoint", vtx(600, 99, "1", "2"), vtx(700, 70, "3"), 1, 700},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, ck, s := newExactlyOnce(t, 0, 100)
@@ -83,24 +86,26 @@ func TestRefutedCheckpointReadsAgain(t *testing.T) {
 			if err := feed(t, p, relationMsg()); err != nil {
 				t.Fatal(err)
 			}
-			feedTx(t, p, vtx(500, 50, "1", "2"))
-			err := feed(t, p, c.after...)
+			err := feed(t, p, c.first...)
+			if err == nil {
+				err = feed(t, p, c.second...)
+			}
 			var ue *UnverifiedError
-			if !errors.As(err, &ue) || !ue.Resend() || ue.Skipped != 1 || ue.Checkpoint.End != 600 {
-				t.Fatalf("err = %v, want an *UnverifiedError to read 1 transaction again", err)
+			if !errors.As(err, &ue) || !ue.Resend() || ue.Skipped != c.skipped || ue.Checkpoint.End != 600 {
+				t.Fatalf("err = %v, want an *UnverifiedError to read %d transactions again", err, c.skipped)
 			}
 			if ck.Confirmed() != 100 || o.lost != 1 || p.SkippedTransactions() != 0 {
 				t.Fatalf("confirmed %s, lost %d, skipped %d; want 0/64, 1, 0", ck.Confirmed(), o.lost, p.SkippedTransactions())
 			}
 			// The stream reads again from the confirmed position.
 			p.Lost()
-			feedTx(t, p, vtx(500, 50, "1", "2"), c.after)
+			feedTx(t, p, c.first, c.second)
 			if ids := queuedIDs(s); len(ids) != 3 {
 				t.Fatalf("read again: queued %v, want all 3", ids)
 			}
 			s.commit()
 			if ck.Confirmed() != c.end {
-				t.Fatalf("confirmed %s after the commit", ck.Confirmed())
+				t.Fatalf("confirmed %s after the commit, want %s", ck.Confirmed(), c.end)
 			}
 			if !ck.Idle(900) {
 				t.Fatal("keepalives still held after the checkpoint was refuted")
