@@ -167,3 +167,21 @@ func TestLostDuringVerification(t *testing.T) {
 		t.Fatalf("%d records, confirmed %s, skipped %d", len(s.records), ck.Confirmed(), p.SkippedTransactions())
 	}
 }
+
+// TestNewestReachesWhatWasHandedOn: what a failover's fork is compared
+// with covers a transaction still waiting for its acknowledgement and, in
+// exactly-once delivery, the Kafka checkpoint, not only the confirmed
+// position.
+func TestNewestReachesWhatWasHandedOn(t *testing.T) {
+	p, ck, _ := newTestPipeline(t, Fail, 100)
+	if err := feed(t, p, relationMsg(), beginMsg(492), row("1", "payment"), commitMsg(500)); err != nil {
+		t.Fatal(err)
+	}
+	if ck.Confirmed() >= 500 || p.Newest() != 500 {
+		t.Fatalf("confirmed %s, Newest %s with a transaction waiting for its ack; want Newest 0/1F4", ck.Confirmed(), p.Newest())
+	}
+	eo, _, _ := newExactlyOnce(t, 700, 100)
+	if eo.Newest() != 700 {
+		t.Fatalf("Newest %s with a Kafka checkpoint at 0/2BC", eo.Newest())
+	}
+}
