@@ -126,7 +126,7 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 	}
 	if delivery == "exactly-once" {
 		log := st.logText()
-		if !strings.Contains(log, `"msg":"lost history: the Kafka checkpoint lies past the fork`) {
+		if !strings.Contains(log, `"msg":"lost history: the Kafka checkpoint lies on WAL this server never had`) {
 			t.Fatalf("the restart does not report the lost history:\n%s", tailOf(log, 3000))
 		}
 		if n := metricValue(t, st, "cdc_outbox_lost_history_total"); n != 1 {
@@ -285,12 +285,25 @@ func readEvents(t *testing.T, topic string, readCommitted bool) []event {
 // and started as a primary keeps the system identifier and the timeline
 // and writes other transactions at the LSNs the old primary had used. The
 // Kafka checkpoint, written on the old primary after the backup, names an
-// LSN the restored cluster reaches again with other transactions: started
-// on it with --recreate-slot, cdc-outbox skips nothing it has not verified,
-// finds at the checkpoint's position another commit (or none), reads again
-// what it skipped tentatively and publishes it. Every event of the
-// restored cluster is in Kafka, read_committed.
+// LSN the restored cluster reaches again with other transactions. Every
+// event of the restored cluster is in Kafka, read_committed, and the lost
+// history is reported:
+//
+//   - recreate-slot: cdc-outbox starts with --recreate-slot right after the
+//     restore; the server's WAL ends before the checkpoint, so the
+//     checkpoint is not on its history, and nothing is skipped.
+//   - slot-before-writes: the slot is made right after the restore and the
+//     restored cluster writes past the checkpoint's LSN before cdc-outbox
+//     starts; cdc-outbox skips the transactions before it tentatively,
+//     finds another commit there (or none), and reads them again.
 func TestExactlyOnceRestoredBaseBackup(t *testing.T) {
+	for _, slotFirst := range []bool{false, true} {
+		name := map[bool]string{false: "recreate-slot", true: "slot-before-writes"}[slotFirst]
+		t.Run(name, func(t *testing.T) { restoredBaseBackup(t, slotFirst) })
+	}
+}
+
+func restoredBaseBackup(t *testing.T, slotFirst bool) {
 	began := time.Now()
 	old := testenv.Cluster(t, testenv.ClusterOptions{})
 	// The backup: a standby, stopped, later started without standby.signal
@@ -339,26 +352,56 @@ func TestExactlyOnceRestoredBaseBackup(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	e.pool = pool
-	st = e.eo("--recreate-slot")
-	e.waitStreaming()
-	start, err := pglogrepl.ParseLSN(slotConfirmed(t, backup.URL, e.slot))
-	if err != nil {
-		t.Fatal(err)
+	flags := []string{"--recreate-slot"}
+	var start pglogrepl.LSN
+	if slotFirst {
+		flags = nil
+		var at string
+		if err := pool.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		if start, err = pglogrepl.ParseLSN(at); err != nil {
+			t.Fatal(err)
+		}
+		for w := 10; ; w++ {
+			if err := wl.write(ctx, w, 200, 5, "payment", false); err != nil {
+				t.Fatal(err)
+			}
+			var past bool
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() > $1::pg_lsn`, cp.LSN.String()).Scan(&past); err != nil {
+				t.Fatal(err)
+			}
+			if past {
+				break
+			}
+		}
 	}
-	if start >= cp.LSN {
-		t.Fatalf("the new slot starts at %s, at or past the Kafka checkpoint %s: the restored cluster's WAL does not overlap what Kafka holds", start, cp.LSN)
+	st = e.eo(flags...)
+	e.waitStreaming()
+	if !slotFirst {
+		if start, err = pglogrepl.ParseLSN(slotConfirmed(t, backup.URL, e.slot)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := wl.write(ctx, 3, 600, 5, "payment", false); err != nil {
 		t.Fatal(err)
 	}
 	c := countHistories(t, e, true)
 	log := st.logText()
-	t.Logf("restored base backup, --recreate-slot, exactly-once: new slot at %s, Kafka checkpoint at %s; %s; %s in all", start, cp.LSN, c, time.Since(began).Round(time.Second))
-	// The transactions before the checkpoint's position were skipped
-	// tentatively, then read again.
-	for _, want := range []string{"the Kafka checkpoint is not on this server's WAL history", "reading again the"} {
-		if !strings.Contains(log, want) {
-			t.Fatalf("the restart does not say %q:\n%s", want, tailOf(log, 3000))
+	t.Logf("restored base backup, exactly-once, %s: slot at %s, Kafka checkpoint at %s; %s; %s in all",
+		map[bool]string{false: "--recreate-slot", true: "slot made before the writes"}[slotFirst], start, cp.LSN, c, time.Since(began).Round(time.Second))
+	if start >= cp.LSN {
+		t.Fatalf("the slot starts at %s, at or past the Kafka checkpoint %s: the restored cluster's WAL does not overlap what Kafka holds", start, cp.LSN)
+	}
+	want := []string{`"msg":"lost history: the Kafka checkpoint lies on WAL this server never had`, "lies past the server's WAL"}
+	if slotFirst {
+		// The transactions before the checkpoint's position were skipped
+		// tentatively, then read again.
+		want = []string{"the Kafka checkpoint is not on this server's WAL history", "reading again the"}
+	}
+	for _, w := range want {
+		if !strings.Contains(log, w) {
+			t.Fatalf("the restart does not say %q:\n%s", w, tailOf(log, 3000))
 		}
 	}
 	if n := metricValue(t, st, "cdc_outbox_lost_history_total"); n != 1 {

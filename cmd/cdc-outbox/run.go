@@ -386,20 +386,20 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *re
 	}
 	eo.txp.SetCheckpoint(cp.LSN)
 	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime}
-	timeline, ends := st.History()
-	trust := checkpoint.Decide(mark, timeline, ends)
+	h := st.History()
+	trust := checkpoint.Decide(mark, h.Timeline, h.Ends, h.Flushed)
 	attrs := []any{"transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN,
-		"checkpoint_timeline", mark.Timeline, "timeline", timeline, "stream_start_lsn", p.Newest(), "written_at", cp.At}
+		"checkpoint_timeline", mark.Timeline, "timeline", h.Timeline, "stream_start_lsn", p.Newest(), "server_flushed_lsn", h.Flushed, "written_at", cp.At}
 	switch {
 	case trust.Verify:
 		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again, "+
 			"once the checkpoint's commit is met on this server's history", attrs...)
 		p.Verify(mark)
-	case trust.LostFrom != 0:
+	case trust.Lost:
 		lost.LostHistory()
-		log.Warn("lost history: the Kafka checkpoint lies past the fork of this server's timeline: only the transactions up to the fork are skipped, "+
-			"and the events Kafka holds of the WAL between the fork and the checkpoint are of a history the server never had; it commits other transactions there, "+
-			"and may hand out the same event ids again", append(attrs, "why", trust.Why, "lost_from_lsn", trust.LostFrom, "lost_to_lsn", cp.LSN)...)
+		log.Warn("lost history: the Kafka checkpoint lies on WAL this server never had: only the transactions up to the fork (if any) are skipped, "+
+			"and the events Kafka holds of the WAL from there to the checkpoint are of a history the server does not have; it commits other transactions there, "+
+			"and may hand out the same event ids again", append(attrs, "why", trust.Why, "lost_from_lsn", trust.LostFrom, "lost_to_lsn", cp.LSN, "skip_through_lsn", trust.Skip)...)
 		p.SkipThrough(trust.Skip)
 	default:
 		log.Warn("exactly-once delivery: the Kafka checkpoint cannot be verified on this server's WAL history: nothing is skipped, "+

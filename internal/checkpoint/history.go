@@ -46,9 +46,10 @@ type Trust struct {
 	// then nothing may be confirmed past the position the stream started
 	// at, so that they are sent again if it is not.
 	Verify bool
-	// LostFrom, when not 0: the checkpoint lies past the fork at LostFrom,
-	// on WAL the server never had. What Kafka holds of the WAL from
-	// LostFrom to the mark's End belongs to a history that was lost.
+	// Lost: the checkpoint lies on WAL the server never had, so Kafka
+	// holds events of a history that was lost: from LostFrom (the fork;
+	// 0 when not known) to the mark's End.
+	Lost     bool
 	LostFrom pglogrepl.LSN
 	// Why says, when nothing may be skipped without verification, why.
 	Why string
@@ -57,28 +58,34 @@ type Trust struct {
 // Decide says what a checkpoint written after the commit m lets the stream
 // skip on a server whose timeline is timeline, with ends the LSN at which
 // each earlier timeline of its history ended (TIMELINE_HISTORY: the fork
-// of the next one).
+// of the next one), and whose WAL is flushed up to flushed
+// (IDENTIFY_SYSTEM).
 //
 //   - m on the server's timeline: verify (a restore keeps the timeline).
 //   - m on an earlier timeline of the history, at or before its end: the
 //     same WAL on both; verify (the commit is sent again as it was).
+//   - either, past the server's flushed WAL: the server never had that
+//     commit (it was decoded from flushed WAL only), and no verification
+//     could end before the server writes that far, holding back what it
+//     commits meanwhile; skip nothing.
 //   - m on an earlier timeline past its end: the history forked before
 //     the checkpoint. Skip up to the fork, nothing beyond: the server's
 //     transactions after the fork are others, at positions that overlap.
 //   - a mark without a timeline (an older record), or on a timeline that
 //     is not in the server's history: skip nothing.
-func Decide(m Mark, timeline int32, ends map[int32]pglogrepl.LSN) Trust {
-	switch end, inHistory := ends[m.Timeline]; {
+func Decide(m Mark, timeline int32, ends map[int32]pglogrepl.LSN, flushed pglogrepl.LSN) Trust {
+	end, inHistory := ends[m.Timeline]
+	switch {
 	case !m.Known():
 		return Trust{Why: "the checkpoint was written by an older version of cdc-outbox and does not name its timeline and commit"}
-	case m.Timeline == timeline:
-		return Trust{Verify: true}
-	case !inHistory:
+	case m.Timeline != timeline && !inHistory:
 		return Trust{Why: fmt.Sprintf("the checkpoint was written on timeline %d, which is not in the history of the server's timeline %d", m.Timeline, timeline)}
-	case m.End <= end:
-		return Trust{Verify: true}
-	default:
-		return Trust{Skip: end, LostFrom: end,
+	case m.Timeline != timeline && m.End > end:
+		return Trust{Skip: end, Lost: true, LostFrom: end,
 			Why: fmt.Sprintf("the checkpoint was written on timeline %d past its end at %s, where the server's timeline %d forked from it", m.Timeline, end, timeline)}
+	case m.End > flushed:
+		return Trust{Lost: true,
+			Why: fmt.Sprintf("the checkpoint lies past the server's WAL, flushed up to %s: it was written on another history (a restore, or a standby started as a primary)", flushed)}
 	}
+	return Trust{Verify: true}
 }

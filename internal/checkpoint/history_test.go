@@ -16,8 +16,9 @@ var committed = time.Date(2026, 12, 1, 21, 0, 0, 123456000, time.UTC)
 // meet. Written on the server's own timeline, or before the end of an
 // earlier timeline of its history: skipped once verified (a restore keeps
 // the timeline and reuses LSNs). Past the fork of the history: up to the
-// fork only, and the rest is a lost history. Without a timeline (an older
-// record) or on a timeline the history does not have: nothing.
+// fork only, and the rest is a lost history; past the server's flushed
+// WAL: nothing, a lost history. Without a timeline (an older record) or on
+// a timeline the history does not have: nothing.
 func TestDecide(t *testing.T) {
 	mark := func(tl int32, end pglogrepl.LSN) checkpoint.Mark {
 		return checkpoint.Mark{End: end, Timeline: tl, Xid: 740, CommitTime: committed}
@@ -36,14 +37,16 @@ func TestDecide(t *testing.T) {
 		{"same timeline after failovers", mark(3, 0x6000000), 3, ends, checkpoint.Trust{Verify: true}, ""},
 		{"written before the fork", mark(2, 0x4FFFFFF), 3, ends, checkpoint.Trust{Verify: true}, ""},
 		{"written at the fork", mark(2, 0x5000000), 3, ends, checkpoint.Trust{Verify: true}, ""},
-		{"written past the fork", mark(2, 0x5000100), 3, ends, checkpoint.Trust{Skip: 0x5000000, LostFrom: 0x5000000}, "past its end at 0/5000000"},
-		{"written past an older fork", mark(1, 0x4000000), 3, ends, checkpoint.Trust{Skip: 0x3000060, LostFrom: 0x3000060}, "timeline 1 past its end at 0/3000060"},
+		{"written past the fork", mark(2, 0x5000100), 3, ends, checkpoint.Trust{Skip: 0x5000000, Lost: true, LostFrom: 0x5000000}, "past its end at 0/5000000"},
+		{"written past an older fork", mark(1, 0x4000000), 3, ends, checkpoint.Trust{Skip: 0x3000060, Lost: true, LostFrom: 0x3000060}, "timeline 1 past its end at 0/3000060"},
+		{"past the server's WAL: a restore", mark(1, 0x7000001), 1, nil, checkpoint.Trust{Lost: true}, "flushed up to 0/7000000"},
+		{"at the server's WAL end", mark(3, 0x7000000), 3, ends, checkpoint.Trust{Verify: true}, ""},
 		{"a timeline not in the history", mark(4, 0x100), 3, ends, checkpoint.Trust{}, "timeline 4, which is not in the history"},
 		{"a sibling's timeline", mark(2, 0x100), 2, map[int32]pglogrepl.LSN{1: 0x50}, checkpoint.Trust{Verify: true}, ""},
 		{"an older record", checkpoint.Mark{End: 0x100}, 1, nil, checkpoint.Trust{}, "older version"},
 		{"an older record with a timeline only", checkpoint.Mark{End: 0x100, Timeline: 1}, 1, nil, checkpoint.Trust{}, "older version"},
 	} {
-		got := checkpoint.Decide(c.m, c.timeline, c.ends)
+		got := checkpoint.Decide(c.m, c.timeline, c.ends, 0x7000000)
 		why := got.Why
 		got.Why = ""
 		if got != c.want || !strings.Contains(why, c.why) || (c.why == "") != (why == "") {

@@ -85,7 +85,7 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 		ends = historyEnds(h.Content)
 	}
 	s.mu.Lock()
-	s.timeline, s.ends = now.timeline, ends
+	s.history = History{Timeline: now.timeline, Ends: ends, Flushed: sys.XLogPos}
 	s.mu.Unlock()
 	if was.systemID == "" || now.timeline == was.timeline {
 		s.server = now
@@ -110,21 +110,31 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	return nil
 }
 
+// History is what IDENTIFY_SYSTEM and TIMELINE_HISTORY said of the server
+// streamed from, on the last connection.
+type History struct {
+	Timeline int32
+	// Ends is, for each earlier timeline of the history, the LSN at which
+	// it ended (where the next one forked from it).
+	Ends map[int32]pglogrepl.LSN
+	// Flushed is the server's WAL flush position when the stream
+	// connected.
+	Flushed pglogrepl.LSN
+}
+
 // Timeline is the timeline of the server streamed from (0 before the first
 // connection).
 func (s *Stream) Timeline() int32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.timeline
+	return s.history.Timeline
 }
 
-// History is the timeline of the server streamed from and, for each
-// earlier timeline of its history, the LSN at which it ended (where the
-// next one forked from it).
-func (s *Stream) History() (timeline int32, ends map[int32]pglogrepl.LSN) {
+// History is the WAL history of the server streamed from.
+func (s *Stream) History() History {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.timeline, s.ends
+	return s.history
 }
 
 // ForkError: PostgreSQL failed over to a standby whose timeline forked from

@@ -95,12 +95,10 @@ type Stream struct {
 	// a session runs on a primary promoted since the previous session.
 	server   server
 	failover *failover
-	// timeline and ends are the server's timeline and the end of each
-	// earlier timeline of its history, for Timeline and History (read by
-	// other goroutines: under mu).
-	mu       sync.Mutex
-	timeline int32
-	ends     map[int32]pglogrepl.LSN
+	// history is the server's timeline history, for Timeline and History
+	// (read by other goroutines: under mu).
+	mu      sync.Mutex
+	history History
 
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
