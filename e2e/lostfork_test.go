@@ -99,7 +99,7 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 	}
 	fork := forkOf(t, standby.URL, 1)
 	log := st.logText()
-	for _, want := range []string{`"msg":"lost history: events were handed to Kafka for WAL past the fork`, "the promoted standby never received", "Start cdc-outbox again"} {
+	for _, want := range []string{`"msg":"lost history: cdc-outbox read the old primary's WAL past the fork`, "the promoted standby never received", "Start cdc-outbox again"} {
 		if !strings.Contains(log, want) {
 			st.dump()
 			t.Fatalf("the streamer's log does not say %q", want)

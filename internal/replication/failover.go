@@ -24,7 +24,7 @@ var ErrOtherCluster = errors.New("the server belongs to another cluster")
 // position means other WAL on the new timeline. Resuming there could skip
 // transactions committed on the new primary; the slot's own position is
 // safe, and a restart starts from it. A *ForkError has the facts.
-var ErrBeyondFork = errors.New("the confirmed position is past the new primary's fork from the old timeline")
+var ErrBeyondFork = errors.New("the stream read past the new primary's fork from the old timeline")
 
 // server is what IDENTIFY_SYSTEM says of the server a session streams from.
 type server struct {
@@ -99,8 +99,8 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	f := &failover{from: was, to: now, fork: fork}
 	confirmed := s.pos.Confirmed()
 	if newest := max(confirmed, s.h.Newest()); newest > fork {
-		s.log.Warn("lost history: events were handed to Kafka for WAL past the fork of the new primary's timeline, which the promoted standby never received; "+
-			"the new primary commits other transactions at those positions, and may hand out the same event ids again",
+		s.log.Warn("lost history: cdc-outbox read the old primary's WAL past the fork of the new primary's timeline, which the promoted standby never received; "+
+			"the events of that range in Kafka are not on the new primary, which commits other transactions at those positions and may hand out the same event ids again",
 			"from", was.addr, "from_timeline", was.timeline, "to", now.addr, "to_timeline", now.timeline, "lost_from_lsn", fork, "lost_to_lsn", newest)
 		return fatal{&ForkError{From: was.addr, FromTimeline: was.timeline, To: now.addr, ToTimeline: now.timeline, Fork: fork, Confirmed: confirmed, Newest: newest}}
 	}
