@@ -79,10 +79,16 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	ends := map[int32]pglogrepl.LSN{}
 	if now.timeline > 1 {
 		h, err := pglogrepl.TimelineHistory(ctx, conn, now.timeline)
-		if err != nil {
+		switch {
+		case err == nil:
+			ends = historyEnds(h.Content)
+		case was.systemID != "" && now.timeline != was.timeline:
 			return fmt.Errorf("TIMELINE_HISTORY %d: %w", now.timeline, err)
+		default:
+			// Without it, a Kafka checkpoint of an earlier timeline is
+			// not proven to be on this history: it skips nothing.
+			s.log.Warn("could not read the server's timeline history", "timeline", now.timeline, "error", err)
 		}
-		ends = historyEnds(h.Content)
 	}
 	s.mu.Lock()
 	s.history = History{Timeline: now.timeline, Ends: ends, Flushed: sys.XLogPos}
