@@ -88,6 +88,11 @@ func TestAdvice(t *testing.T) {
 				"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
 				"consumers skip the repeats by event id. See High availability in docs/operating.md"},
 		{"another cluster", &replication.Error{Err: replication.ErrOtherCluster}, "; check --postgres-url"},
+		{"failover past the fork", &replication.ForkError{From: "a:5432", FromTimeline: 1, To: "b:5432", ToTimeline: 2, Fork: 0x3000060, Confirmed: 0x3000000, Newest: 0x3100000},
+			". Start cdc-outbox again: it resumes at the slot's position on the new primary, which the standby had, and sends again what " +
+				"the new primary holds after it; with --delivery exactly-once it skips only the transactions up to the fork that Kafka holds, never one after it. " +
+				"The events Kafka got for the WAL past the fork stay there: their transactions are not on the new primary, which may give their event ids to new events; " +
+				"reconcile them by the LSNs above (docs/guarantees.md, Failover), and set synchronized_standby_slots on the primary so that it cannot happen again"},
 		{"publication gone", &replication.Error{Err: replication.ErrPublicationGone, Publication: "cdc_outbox", Slot: "s", Confirmed: 0x152E2B0},
 			`. To recover: re-create it (CREATE PUBLICATION "cdc_outbox" FOR TABLE <outbox table> WITH (publish = 'insert')), ` +
 				"drop the slot (SELECT pg_drop_replication_slot('s')), start cdc-outbox with --recreate-slot, " +

@@ -178,8 +178,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		txp *sink.Transactional
 		eo  *exactlyOnce
 	)
+	// The stream, made below, says which timeline it streams from: each
+	// Kafka checkpoint names it (exactly-once).
+	var st *replication.Stream
 	if c.Delivery == deliveryExactlyOnce {
-		if eo, err = newExactlyOnce(ctx, c, sinkCfg, kafkaOpts, m, log); err != nil {
+		if eo, err = newExactlyOnce(ctx, c, sinkCfg, kafkaOpts, func() int32 { return st.Timeline() }, m, log); err != nil {
 			return err
 		}
 		txp = eo.txp
@@ -234,9 +237,9 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		ShutdownTimeout:   c.ShutdownTimeout,
 	}
 	if eo != nil {
-		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p) }
+		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p, st, m) }
 	}
-	st := replication.New(rcfg, p, tracker, log)
+	st = replication.New(rcfg, p, tracker, log)
 	outbox := catalog.Outbox()
 	monitor := replication.NewMonitor(replication.MonitorConfig{
 		URL:         c.PostgresURL,
@@ -333,7 +336,7 @@ type exactlyOnce struct {
 // newExactlyOnce makes the exactly-once producer and creates the
 // checkpoint topic when missing. Nothing is fenced yet: a standby waiting
 // for the slot must not stop the instance that streams.
-func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
+func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, timeline func() int32, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
 	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
 	if err != nil {
 		return nil, fmt.Errorf("read the stream's identity for the Kafka checkpoint: %w", err)
@@ -348,6 +351,7 @@ func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpt
 		CheckpointTopic: c.CheckpointTopic,
 		CheckpointKey:   stream,
 		Origin:          stream,
+		Timeline:        timeline,
 		Interval:        c.TransactionInterval,
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
 	}, obs, log)
@@ -367,9 +371,13 @@ func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpt
 // holding runs once the stream holds the slot, before it reads: it
 // registers the transactional id (fencing the instance before this one and
 // aborting the Kafka transaction it left open), then reads the slot's last
-// committed checkpoint and has p skip every transaction at or before it,
-// which PostgreSQL sends again from the slot's older position.
-func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline) error {
+// committed checkpoint and has p skip the transactions before it that
+// PostgreSQL sends again from the slot's older position, as far as the
+// checkpoint is proven to be on the WAL history of the server st streams
+// from (checkpoint.Decide): up to the fork when the history forked after
+// it, up to the checkpoint once its commit is met again (Pipeline.Verify),
+// nothing when it cannot be verified.
+func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *replication.Stream, lost interface{ LostHistory() }) error {
 	c, log := eo.c, eo.log
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -394,14 +402,31 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline) error 
 				"checkpoint_topic", c.CheckpointTopic, "former_key", c.Slot, "key", eo.stream, "checkpoint_lsn", cp.LSN)
 		}
 	}
-	if cp.Found {
-		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again",
-			"transactional_id", id, "checkpoint_topic", c.CheckpointTopic, "checkpoint_key", eo.stream, "checkpoint_lsn", cp.LSN, "written_at", cp.At)
-	} else {
+	if !cp.Found {
 		log.Info("exactly-once delivery: no checkpoint of this stream in Kafka yet", "transactional_id", id, "checkpoint_topic", c.CheckpointTopic, "checkpoint_key", eo.stream)
+		return nil
 	}
 	eo.txp.SetCheckpoint(cp.LSN)
-	p.SkipThrough(cp.LSN)
+	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime}
+	h := st.History()
+	trust := checkpoint.Decide(mark, h.Timeline, h.Ends, h.Flushed)
+	attrs := []any{"transactional_id", id, "checkpoint_topic", c.CheckpointTopic, "checkpoint_key", eo.stream, "checkpoint_lsn", cp.LSN,
+		"checkpoint_timeline", mark.Timeline, "timeline", h.Timeline, "stream_start_lsn", p.Newest(), "server_flushed_lsn", h.Flushed, "written_at", cp.At}
+	switch {
+	case trust.Verify:
+		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again, "+
+			"once the checkpoint's commit is met on this server's history", attrs...)
+		p.Verify(mark)
+	case trust.Lost:
+		lost.LostHistory()
+		log.Warn("lost history: the Kafka checkpoint lies on WAL this server never had: only the transactions up to the fork (if any) are skipped, "+
+			"and the events Kafka holds of the WAL from there to the checkpoint are of a history the server does not have; it commits other transactions there, "+
+			"and may hand out the same event ids again", append(attrs, "why", trust.Why, "lost_from_lsn", trust.LostFrom, "lost_to_lsn", cp.LSN, "skip_through_lsn", trust.Skip)...)
+		p.SkipThrough(trust.Skip)
+	default:
+		log.Warn("exactly-once delivery: the Kafka checkpoint cannot be verified on this server's WAL history: nothing is skipped, "+
+			"so transactions Kafka holds may be published again", append(attrs, "why", trust.Why)...)
+	}
 	return nil
 }
 

@@ -28,4 +28,9 @@
 //
 // and a status loop sends tr.Confirmed() as the flushed and applied position,
 // waking on tr.Wait() (call Wait before Confirmed so no advance is missed).
+//
+// It also decides, purely, what an exactly-once Kafka checkpoint lets the
+// stream skip on a server's WAL history (Mark, Decide): LSNs are places in
+// one history only, and a promoted standby or a restored base backup
+// reuses them for other transactions.
 package checkpoint

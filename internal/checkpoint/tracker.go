@@ -80,6 +80,8 @@ type Tracker struct {
 
 	done uint64        // transactions confirmed so far
 	wait chan struct{} // closed on the next advance; nil until someone waits
+
+	held bool // keepalives move nothing (Hold)
 }
 
 // New returns a Tracker whose confirmed position starts at start, the slot's
@@ -212,12 +214,38 @@ func (t *Tracker) Discard(tx *Tx) {
 func (t *Tracker) Idle(walEnd pglogrepl.LSN) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.n > 0 || walEnd <= t.confirmed {
+	if t.held || t.n > 0 || walEnd <= t.confirmed {
 		return false
 	}
 	t.confirmed = walEnd
 	t.notify()
 	return true
+}
+
+// Hold, while on, keeps keepalives from moving the confirmed position
+// (Idle does nothing); committed transactions still move it. The pipeline
+// holds it while it skips transactions it cannot yet prove Kafka has (a
+// checkpoint not yet verified): it commits none of them here, so the
+// position stays where the stream started, and a keepalive must not carry
+// it past them either, or the server would not send them again.
+func (t *Tracker) Hold(on bool) {
+	t.mu.Lock()
+	t.held = on
+	t.mu.Unlock()
+}
+
+// Newest returns the end LSN of the newest transaction committed here,
+// confirmed or still waiting for acks, or the confirmed position if that
+// is later: how far the stream has read what it may confirm.
+func (t *Tracker) Newest() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	newest := t.confirmed
+	mask := len(t.queue) - 1
+	for i := range t.n {
+		newest = max(newest, t.queue[(t.head+i)&mask].end)
+	}
+	return newest
 }
 
 // Confirmed returns the position that may be sent to PostgreSQL as flushed

@@ -28,6 +28,7 @@
 //	cdc_outbox_reconnects_total{target}         counter   reconnections to postgres or kafka
 //	cdc_outbox_status_updates_total             counter   standby status updates sent to PostgreSQL
 //	cdc_outbox_ready                            gauge     1 while /readyz answers 200
+//	cdc_outbox_lost_history_total               counter   times Kafka was found to hold events of WAL the server no longer has (a failover past the standby's WAL, a restore)
 //	cdc_outbox_build_info{version,revision,goversion} gauge 1
 //
 // Exactly-once delivery (zero in at-least-once):
@@ -97,6 +98,7 @@ type Metrics struct {
 	badEvents       *prometheus.CounterVec
 	publishErrors   prometheus.Counter
 	tsReplaced      prometheus.Counter
+	lostHistory     prometheus.Counter
 	kafkaTx         *prometheus.CounterVec
 	kafkaTxSeconds  prometheus.Histogram
 	latency         prometheus.Histogram
@@ -139,6 +141,10 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		tsReplaced: f.NewCounter(prometheus.CounterOpts{
 			Name: "cdc_outbox_timestamps_replaced_total",
 			Help: "Records whose created_at was too far ahead for Kafka (which refuses timestamps over an hour ahead by default) and that carry the produce time instead.",
+		}),
+		lostHistory: f.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_outbox_lost_history_total",
+			Help: "Times Kafka was found to hold events of WAL that the server streamed from no longer has (a failover past what the standby received, a restore): their ids may be handed out again.",
 		}),
 		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "cdc_outbox_end_to_end_latency_seconds", Help: "Time from the transaction's commit to the broker's acknowledgement of its event.",
@@ -326,6 +332,10 @@ func (m *Metrics) Bad(action string) { m.badEvents.WithLabelValues(action).Inc()
 // TimestampReplaced records a record whose created_at was replaced by the
 // produce time.
 func (m *Metrics) TimestampReplaced() { m.tsReplaced.Inc() }
+
+// LostHistory records that Kafka holds events of a WAL history the server
+// no longer has.
+func (m *Metrics) LostHistory() { m.lostHistory.Inc() }
 
 // Slot records the slot's state from the poller.
 func (m *Metrics) Slot(active bool, retainedBytes int64, walStatus string) {

@@ -54,6 +54,7 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.Acked("outbox.event.payment", 0)
 	m.Bad("dead_lettered")
 	m.TimestampReplaced()
+	m.LostHistory()
 	m.Slot(true, 4096, "extended")
 	m.SlotFailover(true, false, map[string]string{"db-2:5432": "ready", "db-3:5432": "missing"})
 	m.SlotFailover(true, false, map[string]string{"db-2:5432": "temporary", "db-3:5432": "missing"})
@@ -105,6 +106,9 @@ cdc_outbox_kafka_transactions_total{outcome="committed"} 2
 # HELP cdc_outbox_lag_seconds Age, by commit time, of the oldest transaction received and not yet confirmed; 0 when none.
 # TYPE cdc_outbox_lag_seconds gauge
 cdc_outbox_lag_seconds 4
+# HELP cdc_outbox_lost_history_total Times Kafka was found to hold events of WAL that the server streamed from no longer has (a failover past what the standby received, a restore): their ids may be handed out again.
+# TYPE cdc_outbox_lost_history_total counter
+cdc_outbox_lost_history_total 1
 # HELP cdc_outbox_publish_errors_total Errors producing to Kafka, including ones that were retried.
 # TYPE cdc_outbox_publish_errors_total counter
 cdc_outbox_publish_errors_total 1
@@ -163,7 +167,7 @@ cdc_outbox_transactions_total 7
 	names := []string{
 		"cdc_outbox_bad_events_total", "cdc_outbox_build_info", "cdc_outbox_checkpoint_lsn", "cdc_outbox_confirmed_lsn", "cdc_outbox_connected",
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
-		"cdc_outbox_kafka_transactions_total", "cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
+		"cdc_outbox_kafka_transactions_total", "cdc_outbox_lag_seconds", "cdc_outbox_lost_history_total", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
 		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready", "cdc_outbox_slot_failover_standby", "cdc_outbox_standby_slots_blocking",
 		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
 		"cdc_outbox_transactions_skipped_total", "cdc_outbox_transactions_total",

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,7 +26,7 @@ func (f *fakeTx) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
 	f.promises = append(f.promises, promise)
 }
 
-func (f *fakeTx) Boundary(end pglogrepl.LSN) {
+func (f *fakeTx) Boundary(end pglogrepl.LSN, _ uint32, _ time.Time) {
 	f.boundaries = append(f.boundaries, end)
 	f.boundary = len(f.records)
 }

@@ -81,8 +81,9 @@ type Producer interface {
 type Transactional interface {
 	Producer
 	// Boundary: every record produced so far belongs to transactions that
-	// ended at or before end.
-	Boundary(end pglogrepl.LSN)
+	// ended at or before end; xid and commitTime are of the one that ended
+	// at end, which the checkpoint names.
+	Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time)
 	// Discard drops the records produced since the last boundary, which
 	// are in no Kafka transaction yet, and returns them; their promises
 	// are never called.
@@ -106,8 +107,9 @@ type Pipeline struct {
 
 	cols []mapping.Column // reused for every insert
 	tx   *checkpoint.Tx   // the open transaction, nil between Commit and Begin
-	// commitTime of the open transaction, unix nanoseconds.
+	// commitTime of the open transaction, unix nanoseconds, and its xid.
 	commitTime int64
+	xid        uint32
 
 	inflight      atomic.Int64
 	inflightBytes atomic.Int64
@@ -137,6 +139,11 @@ type Pipeline struct {
 	skipping        bool
 	open, openBytes atomic.Int64
 	skippedTx       atomic.Uint64
+	// verify is the Kafka checkpoint's commit while it is not yet verified
+	// (verify.go); tentative counts the transactions skipped meanwhile.
+	verify    *checkpoint.Mark
+	tentative uint64
+	unproven  bool // the open transaction is skipped tentatively
 
 	// resend remembers, in at-least-once delivery, which changes of each
 	// transaction not yet confirmed the broker acknowledged, so that of one
@@ -161,6 +168,10 @@ type Observer interface {
 	// TimestampReplaced: an event's created_at was too far ahead for the
 	// broker, and the record carries the produce time instead.
 	TimestampReplaced()
+	// LostHistory: Kafka holds events of WAL that the server streamed
+	// from no longer has (a failover past what its standby received, a
+	// restore): their ids may be handed out again to other events.
+	LostHistory()
 }
 
 type noObserver struct{}
@@ -169,6 +180,7 @@ func (noObserver) Acked(string, int64) {}
 func (noObserver) Received(int64)      {}
 func (noObserver) Bad(string)          {}
 func (noObserver) TimestampReplaced()  {}
+func (noObserver) LostHistory()        {}
 
 // New builds a pipeline that produces to sink; obs may be nil.
 func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, obs Observer, log *slog.Logger) (*Pipeline, error) {
@@ -263,6 +275,7 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 	case decoder.KindBegin:
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
+		p.xid = ev.Xid
 		p.obs.Received(p.commitTime)
 		if p.txp == nil {
 			p.resendBegin(ev.Xid, ev.FinalLSN, p.commitTime)
@@ -274,6 +287,9 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		if p.skipping && p.skippedTx.Add(1) == 1 {
 			p.log.Info("skipping transactions that Kafka holds already (exactly-once): PostgreSQL sends again what it was not yet told of",
 				"first_commit_lsn", ev.FinalLSN, "through", p.through)
+		}
+		if p.verify != nil && !p.skipping {
+			return p.verifyBegin(ev.FinalLSN)
 		}
 	case decoder.KindRelation:
 		return p.relation(ev)
@@ -295,10 +311,15 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		if p.tx == nil {
 			return fmt.Errorf("commit at LSN %s without a begin: the stream is out of order", lsn)
 		}
+		if p.unproven {
+			if tentative, err := p.verifyCommit(ev.EndLSN); tentative || err != nil {
+				return err
+			}
+		}
 		if p.txp != nil && !p.skipping {
 			// Before the tracker's Commit: the records are then whole
 			// transactions when the producer's promises come.
-			p.txp.Boundary(ev.EndLSN)
+			p.txp.Boundary(ev.EndLSN, p.xid, ev.CommitTime)
 			p.through = max(p.through, ev.EndLSN)
 		}
 		if p.txp == nil {
@@ -574,6 +595,7 @@ func (p *Pipeline) Lost() {
 		p.skipping = false
 		p.open.Store(0)
 		p.openBytes.Store(0)
+		p.tentative, p.unproven = 0, false // the server sends them again
 	}
 	if p.tx != nil {
 		p.ckpt.Discard(p.tx)

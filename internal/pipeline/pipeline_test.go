@@ -199,14 +199,15 @@ func TestLostDiscardsTheOpenTransaction(t *testing.T) {
 
 // countingObserver counts what the pipeline reports.
 type countingObserver struct {
-	acked, replaced int
-	bad             map[string]int
+	acked, replaced, lost int
+	bad                   map[string]int
 }
 
 func (o *countingObserver) Acked(string, int64) { o.acked++ }
 func (o *countingObserver) Received(int64)      {}
 func (o *countingObserver) Bad(action string)   { o.bad[action]++ }
 func (o *countingObserver) TimestampReplaced()  { o.replaced++ }
+func (o *countingObserver) LostHistory()        { o.lost++ }
 
 func observe(p *Pipeline) *countingObserver {
 	o := &countingObserver{bad: map[string]int{}}

@@ -18,13 +18,13 @@ import (
 // is not the stream's.
 var ErrOtherCluster = errors.New("the server belongs to another cluster")
 
-// ErrBeyondFork means cdc-outbox confirmed a position past the point where
-// the new primary's timeline forked from the old one: the old primary
-// streamed (or reported idle) WAL that the promoted standby never received,
-// so that position means other WAL on the new timeline. Resuming there
-// could skip transactions committed on the new primary; the slot's own
-// position is safe, and a restart starts from it.
-var ErrBeyondFork = errors.New("the confirmed position is past the new primary's fork from the old timeline")
+// ErrBeyondFork means cdc-outbox read a position past the point where the
+// new primary's timeline forked from the old one: the old primary streamed
+// (or reported idle) WAL that the promoted standby never received, so that
+// position means other WAL on the new timeline. Resuming there could skip
+// transactions committed on the new primary; the slot's own position is
+// safe, and a restart starts from it. A *ForkError has the facts.
+var ErrBeyondFork = errors.New("the stream read past the new primary's fork from the old timeline")
 
 // server is what IDENTIFY_SYSTEM says of the server a session streams from.
 type server struct {
@@ -42,7 +42,8 @@ type failover struct {
 // follow checks, on each new replication connection, that the server is
 // the one streamed from before or a standby of it that was promoted since,
 // and decides whether the stream may resume at the confirmed position
-// there.
+// there. It also reads the server's timeline history, which the Kafka
+// checkpoint is judged by (History).
 //
 // A promotion starts a new timeline, which forks from the old one at a
 // known LSN (TIMELINE_HISTORY). Up to the fork, both timelines hold the
@@ -54,10 +55,15 @@ type failover struct {
 // (PostgreSQL starts at the later of it and the slot's), so nothing
 // acknowledged is sent again. With synchronized_standby_slots on the old
 // primary, its walsender sent nothing the standby had not received, so
-// the confirmed position cannot lie past the fork. Without it, it can:
-// then ErrBeyondFork stops the stream, because that position names other
-// WAL on the new timeline, and a restart begins at the slot's own
-// position, which the standby only took from WAL it had.
+// nothing the stream read can lie past the fork. Without it, it can: the
+// confirmed position, a transaction still waiting for Kafka's
+// acknowledgement, or what Kafka committed in exactly-once delivery
+// (Handler.Newest). Any of them past the fork names other WAL on the new
+// timeline: confirmed there, or skipped as already in Kafka, it would pass
+// over transactions committed on the new primary. So the stream stops with
+// a *ForkError, confirming nothing on the new primary, and a restart
+// begins at the slot's own position, which the standby only took from WAL
+// it had.
 func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
@@ -66,43 +72,103 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	now := server{systemID: sys.SystemID, timeline: sys.Timeline, addr: conn.Conn().RemoteAddr().String()}
 	was := s.server
 	s.failover = nil
-	switch {
-	case was.systemID == "":
-		s.server = now
-		return nil
-	case now.systemID != was.systemID:
+	if was.systemID != "" && now.systemID != was.systemID {
 		return fatal{&Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: %s has system identifier %s, and cdc-outbox streamed from %s with %s before: "+
 			"it is not a standby of that server, so it cannot continue the stream", ErrOtherCluster, now.addr, now.systemID, was.addr, was.systemID)}}
-	case now.timeline == was.timeline:
+	}
+	ends := map[int32]pglogrepl.LSN{}
+	if now.timeline > 1 {
+		h, err := pglogrepl.TimelineHistory(ctx, conn, now.timeline)
+		switch {
+		case err == nil:
+			ends = historyEnds(h.Content)
+		case was.systemID != "" && now.timeline != was.timeline:
+			return fmt.Errorf("TIMELINE_HISTORY %d: %w", now.timeline, err)
+		default:
+			// Without it, a Kafka checkpoint of an earlier timeline is
+			// not proven to be on this history: it skips nothing.
+			s.log.Warn("could not read the server's timeline history", "timeline", now.timeline, "error", err)
+		}
+	}
+	s.mu.Lock()
+	s.history = History{Timeline: now.timeline, Ends: ends, Flushed: sys.XLogPos}
+	s.mu.Unlock()
+	if was.systemID == "" || now.timeline == was.timeline {
 		s.server = now
 		return nil
 	}
-	h, err := pglogrepl.TimelineHistory(ctx, conn, now.timeline)
-	if err != nil {
-		return fmt.Errorf("TIMELINE_HISTORY %d: %w", now.timeline, err)
-	}
-	fork, ok := switchpoint(h.Content, was.timeline)
+	fork, ok := ends[was.timeline]
 	if !ok {
 		return fatal{&Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: the history of timeline %d on %s does not contain timeline %d, which cdc-outbox streamed from on %s",
 			ErrOtherCluster, now.timeline, now.addr, was.timeline, was.addr)}}
 	}
 	f := &failover{from: was, to: now, fork: fork}
-	if confirmed := s.pos.Confirmed(); confirmed > fork {
-		return fatal{fmt.Errorf("%w: PostgreSQL failed over from %s (timeline %d) to %s (timeline %d), whose timeline forks from the old one at %s, "+
-			"and cdc-outbox confirmed %s on the old primary, WAL the promoted standby never received (set synchronized_standby_slots on the primary "+
-			"to rule this out). Start cdc-outbox again: it resumes at the slot's position on the new primary, which is safe; "+
-			"events between the two may be delivered again",
-			ErrBeyondFork, was.addr, was.timeline, now.addr, now.timeline, fork, confirmed)}
+	confirmed := s.pos.Confirmed()
+	if newest := max(confirmed, s.h.Newest()); newest > fork {
+		s.log.Warn("lost history: cdc-outbox read the old primary's WAL past the fork of the new primary's timeline, which the promoted standby never received; "+
+			"the events of that range in Kafka are not on the new primary, which commits other transactions at those positions and may hand out the same event ids again",
+			"from", was.addr, "from_timeline", was.timeline, "to", now.addr, "to_timeline", now.timeline, "lost_from_lsn", fork, "lost_to_lsn", newest)
+		return fatal{&ForkError{From: was.addr, FromTimeline: was.timeline, To: now.addr, ToTimeline: now.timeline, Fork: fork, Confirmed: confirmed, Newest: newest}}
 	}
 	s.server, s.failover = now, f
 	s.log.Warn("PostgreSQL failed over: resuming on the new primary at the last confirmed position",
-		"from", was.addr, "from_timeline", was.timeline, "to", now.addr, "to_timeline", now.timeline, "fork_lsn", fork, "resume_lsn", s.pos.Confirmed())
+		"from", was.addr, "from_timeline", was.timeline, "to", now.addr, "to_timeline", now.timeline, "fork_lsn", fork, "resume_lsn", confirmed)
 	return nil
 }
 
-// switchpoint finds in a timeline history file (lines of "parentTLI
-// switchpoint reason", tab-separated) the LSN at which timeline tli ended.
-func switchpoint(history []byte, tli int32) (pglogrepl.LSN, bool) {
+// History is what IDENTIFY_SYSTEM and TIMELINE_HISTORY said of the server
+// streamed from, on the last connection.
+type History struct {
+	Timeline int32
+	// Ends is, for each earlier timeline of the history, the LSN at which
+	// it ended (where the next one forked from it).
+	Ends map[int32]pglogrepl.LSN
+	// Flushed is the server's WAL flush position when the stream
+	// connected.
+	Flushed pglogrepl.LSN
+}
+
+// Timeline is the timeline of the server streamed from (0 before the first
+// connection).
+func (s *Stream) Timeline() int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.history.Timeline
+}
+
+// History is the WAL history of the server streamed from.
+func (s *Stream) History() History {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.history
+}
+
+// ForkError: PostgreSQL failed over to a standby whose timeline forked from
+// the old one at Fork, and the stream had read past it (Newest: confirmed,
+// waiting for acknowledgements, or committed to Kafka): WAL the promoted
+// standby never received. Errors.Is ErrBeyondFork.
+type ForkError struct {
+	From, To                 string // the old and the new primary's addresses
+	FromTimeline, ToTimeline int32
+	Fork                     pglogrepl.LSN
+	Confirmed                pglogrepl.LSN // confirmed to the old primary
+	Newest                   pglogrepl.LSN // the newest transaction's end handed on
+}
+
+func (e *ForkError) Error() string {
+	return fmt.Sprintf("%v: PostgreSQL failed over from %s (timeline %d) to %s (timeline %d), whose timeline forks from the old one at %s, "+
+		"and cdc-outbox had read the old primary's WAL up to %s (confirmed %s), which the promoted standby never received: the events of the WAL from %s to %s "+
+		"that reached Kafka are of a lost history (set synchronized_standby_slots on the primary to rule this out). Nothing is confirmed on the new primary",
+		ErrBeyondFork, e.From, e.FromTimeline, e.To, e.ToTimeline, e.Fork, e.Newest, e.Confirmed, e.Fork, e.Newest)
+}
+
+func (e *ForkError) Unwrap() error { return ErrBeyondFork }
+
+// historyEnds reads a timeline history file (lines of "parentTLI
+// switchpoint reason", tab-separated): the LSN at which each timeline of
+// the history ended.
+func historyEnds(history []byte) map[int32]pglogrepl.LSN {
+	ends := map[int32]pglogrepl.LSN{}
 	sc := bufio.NewScanner(bytes.NewReader(history))
 	for sc.Scan() {
 		fields := bytes.Fields(sc.Bytes())
@@ -110,13 +176,14 @@ func switchpoint(history []byte, tli int32) (pglogrepl.LSN, bool) {
 			continue
 		}
 		n, err := strconv.ParseInt(string(fields[0]), 10, 32)
-		if err != nil || int32(n) != tli {
+		if err != nil {
 			continue
 		}
-		lsn, err := pglogrepl.ParseLSN(string(fields[1]))
-		return lsn, err == nil
+		if lsn, err := pglogrepl.ParseLSN(string(fields[1])); err == nil {
+			ends[int32(n)] = lsn
+		}
 	}
-	return 0, false
+	return ends
 }
 
 // slotGoneAfterFailover is a slot missing on the new primary.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +24,9 @@ import (
 type Handler interface {
 	// WAL processes the pgoutput message of one XLogData that starts at lsn.
 	// It must not wait on Kafka. An error stops streaming for good, unless
-	// it wraps ErrCatalog: then streaming resumes on a new connection.
+	// it wraps ErrCatalog, or an error with a method Resend() bool that
+	// returns true (the handler skipped what it must now read again): then
+	// streaming resumes at the confirmed position on a new connection.
 	WAL(lsn pglogrepl.LSN, data []byte) error
 	// Full reports whether too much is in flight to read more now.
 	Full() bool
@@ -38,6 +41,10 @@ type Handler interface {
 	Lost()
 	// InFlight is the number of records not yet acknowledged.
 	InFlight() int
+	// Newest is the end LSN of the newest transaction handed on (to Kafka,
+	// or to the position), however far from confirmed: a failover to a
+	// timeline that forked before it lost that history.
+	Newest() pglogrepl.LSN
 }
 
 // Position is the checkpoint as the stream sees it.
@@ -88,6 +95,10 @@ type Stream struct {
 	// a session runs on a primary promoted since the previous session.
 	server   server
 	failover *failover
+	// history is the server's timeline history, for Timeline and History
+	// (read by other goroutines: under mu).
+	mu      sync.Mutex
+	history History
 
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
@@ -488,7 +499,8 @@ func (s *Stream) copyData(conn *pgconn.PgConn, data []byte) error {
 			return fmt.Errorf("parse XLogData: %w", err)
 		}
 		if err := s.h.WAL(x.WALStart, x.WALData); err != nil {
-			if errors.Is(err, ErrCatalog) {
+			var again interface{ Resend() bool }
+			if errors.Is(err, ErrCatalog) || errors.As(err, &again) && again.Resend() {
 				// Not the row's fault: read it again on a new connection.
 				return err
 			}

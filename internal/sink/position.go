@@ -20,28 +20,68 @@ import (
 // earlier one) holds, and the outbox table's identity (system identifier,
 // database and table OIDs), without which an LSN means nothing: another
 // cluster's WAL, or a restored one's, has its own positions.
+//
+// Timeline, Xid and CommitTime name that transaction in its WAL history:
+// the timeline it was streamed on, its xid and its commit time (unix
+// microseconds, as PostgreSQL keeps it). A promoted standby and a restored
+// base backup keep the system identifier and reuse LSNs; these say whether
+// the LSN is the same commit there. Records written before they existed
+// have none (zero): such a checkpoint cannot be verified.
 type checkpointValue struct {
-	LSN    string `json:"lsn"`
-	Origin string `json:"origin"`
+	LSN        string `json:"lsn"`
+	Origin     string `json:"origin"`
+	Timeline   int32  `json:"timeline,omitempty"`
+	Xid        uint32 `json:"xid,omitempty"`
+	CommitTime int64  `json:"commit_time_us,omitempty"`
+}
+
+// Commit is the PostgreSQL transaction a checkpoint is written after.
+type Commit struct {
+	End        pglogrepl.LSN // its end LSN: the checkpoint's position
+	Timeline   int32
+	Xid        uint32
+	CommitTime time.Time
 }
 
 // CheckpointRecord is the checkpoint record of key (the slot) at lsn of the
-// table origin.
+// table origin, naming no commit: as an older version wrote it.
 func CheckpointRecord(topic, key, origin string, lsn pglogrepl.LSN) *kgo.Record {
-	v, _ := json.Marshal(checkpointValue{LSN: lsn.String(), Origin: origin}) // strings always encode
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: v}
+	return CheckpointRecordAt(topic, key, origin, Commit{End: lsn})
+}
+
+// CheckpointRecordAt is the checkpoint record of key (the slot) after the
+// commit at of the table origin.
+func CheckpointRecordAt(topic, key, origin string, at Commit) *kgo.Record {
+	v := checkpointValue{LSN: at.End.String(), Origin: origin, Timeline: at.Timeline, Xid: at.Xid}
+	if !at.CommitTime.IsZero() {
+		v.CommitTime = at.CommitTime.UnixMicro()
+	}
+	b, _ := json.Marshal(v) // strings and numbers always encode
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b}
 }
 
 // ParseCheckpoint reads a checkpoint record's value.
 func ParseCheckpoint(value []byte) (lsn pglogrepl.LSN, origin string, err error) {
+	at, origin, err := parseCheckpoint(value)
+	return at.End, origin, err
+}
+
+// parseCheckpoint reads a checkpoint record's value with the commit it
+// names.
+func parseCheckpoint(value []byte) (at Commit, origin string, err error) {
 	var v checkpointValue
 	if err := json.Unmarshal(value, &v); err != nil {
-		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
+		return Commit{}, "", fmt.Errorf("checkpoint record %q: %w", value, err)
 	}
-	if lsn, err = pglogrepl.ParseLSN(v.LSN); err != nil {
-		return 0, "", fmt.Errorf("checkpoint record %q: %w", value, err)
+	lsn, err := pglogrepl.ParseLSN(v.LSN)
+	if err != nil {
+		return Commit{}, "", fmt.Errorf("checkpoint record %q: %w", value, err)
 	}
-	return lsn, v.Origin, nil
+	at = Commit{End: lsn, Timeline: v.Timeline, Xid: v.Xid}
+	if v.CommitTime != 0 {
+		at.CommitTime = time.UnixMicro(v.CommitTime).UTC()
+	}
+	return at, v.Origin, nil
 }
 
 // Checkpoint is what the checkpoint topic says of one key.
@@ -53,6 +93,9 @@ type Checkpoint struct {
 	Origin string
 	// At is the record's timestamp: when its transaction was written.
 	At time.Time
+	// Commit names the PostgreSQL transaction at LSN in its WAL history;
+	// its Timeline is 0 in a record of an older version.
+	Commit Commit
 }
 
 // checkpointPartitions is the checkpoint topic's partition count when
@@ -168,14 +211,14 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 				// The key of a transaction marker: version, then type
 				// (0 abort, 1 commit), two bytes each.
 				if p, ok := pending[r.ProducerID]; ok {
-					if len(r.Key) >= 4 && r.Key[3] == 1 && p.LSN >= cp.LSN {
+					if len(r.Key) >= 4 && r.Key[3] == 1 && p.supersedes(cp) {
 						cp = p
 					}
 					delete(pending, r.ProducerID)
 				}
 			case string(r.Key) != key:
 			default:
-				lsn, o, perr := ParseCheckpoint(r.Value)
+				at, o, perr := parseCheckpoint(r.Value)
 				if perr != nil {
 					err = perr
 					return
@@ -183,11 +226,11 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 				if o != origin {
 					return
 				}
-				c := Checkpoint{LSN: lsn, Found: true, Origin: o, At: r.Timestamp}
+				c := Checkpoint{LSN: at.End, Found: true, Origin: o, At: r.Timestamp, Commit: at}
 				switch {
 				case r.Attrs.IsTransactional():
 					pending[r.ProducerID] = c
-				case c.LSN >= cp.LSN:
+				case c.supersedes(cp):
 					cp = c
 				}
 			}
@@ -197,6 +240,24 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 		}
 	}
 	return cp, nil
+}
+
+// supersedes reports whether c is a later checkpoint of the stream than
+// o. Positions grow along one history, so the higher LSN is the later one;
+// but a promotion starts a new timeline whose LSNs go on from its fork,
+// below what the lost history's checkpoints may have reached: a checkpoint
+// of a newer timeline is the later one whatever its LSN, or a lost
+// history's checkpoint would be read (and refuted, skipping nothing) at
+// every start until the new history passed its LSN. A checkpoint without a
+// timeline (written by a former version) has timeline 0.
+func (c Checkpoint) supersedes(o Checkpoint) bool {
+	if !o.Found {
+		return true
+	}
+	if c.Commit.Timeline != o.Commit.Timeline {
+		return c.Commit.Timeline > o.Commit.Timeline
+	}
+	return c.LSN >= o.LSN
 }
 
 // ShortReadError is the checkpoint topic not read to its end: the

@@ -28,6 +28,10 @@ type TxConfig struct {
 	CheckpointKey   string
 	// Origin is the outbox table's identity, written in every checkpoint.
 	Origin string
+	// Timeline is the timeline of the server streamed from, written in
+	// every checkpoint with the commit it follows; nil writes none. It is
+	// called from the goroutine that calls Boundary.
+	Timeline func() int32
 	// Interval is the least time between two commits, unless CommitRecords
 	// records wait: then the next commit starts at once.
 	Interval      time.Duration
@@ -62,9 +66,9 @@ type Transactional struct {
 	obs TxObserver
 
 	mu       sync.Mutex
-	queue    []queued      // produced, not yet in a Kafka transaction, in order
-	boundary int           // queue[:boundary] are whole PostgreSQL transactions
-	through  pglogrepl.LSN // the end LSN of the last of them
+	queue    []queued // produced, not yet in a Kafka transaction, in order
+	boundary int      // queue[:boundary] are whole PostgreSQL transactions
+	through  Commit   // the last of them
 	kick     chan struct{}
 
 	committed atomic.Uint64 // the checkpoint LSN of the last commit
@@ -117,11 +121,20 @@ func (t *Transactional) Produce(r *kgo.Record, promise func(*kgo.Record, error))
 
 // Boundary says that every record produced so far belongs to PostgreSQL
 // transactions that ended at or before end: a Kafka transaction may end
-// here, with end as its checkpoint.
-func (t *Transactional) Boundary(end pglogrepl.LSN) {
+// here, with end as its checkpoint. xid and commitTime are of the
+// transaction that ended at end: the checkpoint names it, so that a later
+// start can tell whether that LSN is the same commit on the server it then
+// streams from.
+func (t *Transactional) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time) {
+	var tl int32
+	if t.cfg.Timeline != nil {
+		tl = t.cfg.Timeline()
+	}
 	t.mu.Lock()
 	t.boundary = len(t.queue)
-	t.through = max(t.through, end)
+	if end > t.through.End {
+		t.through = Commit{End: end, Timeline: tl, Xid: xid, CommitTime: commitTime}
+	}
 	full := t.boundary >= t.cfg.CommitRecords
 	t.mu.Unlock()
 	if full {
@@ -235,7 +248,7 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 	for _, q := range batch {
 		t.cl.Produce(ctx, q.r, collect)
 	}
-	t.cl.Produce(ctx, CheckpointRecord(t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin, through), collect)
+	t.cl.Produce(ctx, CheckpointRecordAt(t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin, through), collect)
 	if err := t.cl.Flush(ctx); err != nil {
 		return t.abort("flush the transaction's records", err)
 	}
@@ -249,7 +262,7 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 		return t.abort("commit the transaction", err)
 	}
 	took := time.Since(start)
-	t.committed.Store(uint64(through))
+	t.committed.Store(uint64(through.End))
 	if t.obs != nil {
 		t.obs.TxCommitted(len(batch), took)
 	}

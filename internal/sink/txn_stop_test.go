@@ -63,7 +63,7 @@ func TestTransactionalStoppedMidCommitAborts(t *testing.T) {
 	tp.Produce(&kgo.Record{Topic: "events", Key: []byte("a"), Value: []byte("{}")}, func(*kgo.Record, error) {
 		t.Error("a promise was called for a transaction that never committed")
 	})
-	tp.Boundary(0x100)
+	tp.Boundary(0x100, 1, time.Now())
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -20,7 +20,7 @@ func newTransactional(t *testing.T, id, checkpoints string) *sink.Transactional 
 	tp, err := sink.NewTransactional(sink.TxConfig{
 		Config:          sink.Config{Brokers: testenv.KafkaBrokers(t), Linger: time.Millisecond},
 		TransactionalID: id, CheckpointTopic: checkpoints, CheckpointKey: "slot_a", Origin: "1/2/3",
-		Interval: 20 * time.Millisecond, CommitRecords: 1000,
+		Timeline: func() int32 { return 3 }, Interval: 20 * time.Millisecond, CommitRecords: 1000,
 	}, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,9 @@ func TestTransactionalCommitsWholeTransactionsWithTheirCheckpoint(t *testing.T) 
 	for _, k := range []string{"a", "b", "c"} {
 		tp.Produce(&kgo.Record{Topic: topic, Key: []byte(k), Value: []byte("{}")}, promise)
 	}
-	tp.Boundary(0x500)
+	committedAt := time.Date(2026, 1, 2, 15, 4, 5, 123456000, time.UTC)
+	tp.Boundary(0x400, 740, committedAt.Add(-time.Millisecond))
+	tp.Boundary(0x500, 741, committedAt)
 	tp.Produce(&kgo.Record{Topic: topic, Key: []byte("open"), Value: []byte("{}")}, promise)
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -105,6 +107,11 @@ func TestTransactionalCommitsWholeTransactionsWithTheirCheckpoint(t *testing.T) 
 	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a", "1/2/3")
 	if err != nil || !cp.Found || cp.LSN != 0x500 || cp.Origin != "1/2/3" {
 		t.Fatalf("checkpoint read back: %+v, %v; want 0/500 of 1/2/3", cp, err)
+	}
+	// It names the commit at that LSN in its history: what a later start
+	// verifies.
+	if want := (sink.Commit{End: 0x500, Timeline: 3, Xid: 741, CommitTime: committedAt}); cp.Commit != want {
+		t.Fatalf("checkpoint's commit: %+v, want %+v", cp.Commit, want)
 	}
 	if other, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_b", "1/2/3"); err != nil || other.Found {
 		t.Fatalf("another slot's checkpoint: %+v, %v", other, err)
@@ -146,7 +153,7 @@ func TestTransactionalFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Produce(&kgo.Record{Topic: topic, Value: []byte("{}")}, func(*kgo.Record, error) { t.Error("a fenced producer's record was acknowledged") })
-	old.Boundary(0x700)
+	old.Boundary(0x700, 1, time.Now())
 	err := old.Run(ctx)
 	var te *sink.TxError
 	if !errors.As(err, &te) || !te.Fenced() {

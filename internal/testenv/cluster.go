@@ -34,6 +34,10 @@ type ClusterOptions struct {
 	// make test does), installing pip first when it must
 	// (scripts/deps.sh).
 	Major int
+	// Upstream is, for Standby, the URL the standby takes its base backup
+	// from and replicates from (primary_conninfo): the primary's URL when
+	// empty; a proxy's, to cut the standby off (NewProxy).
+	Upstream string
 }
 
 // PostgresCluster is a PostgreSQL cluster that belongs to one test.
@@ -130,13 +134,18 @@ func (c *PostgresCluster) setUp(opts ClusterOptions) *PostgresCluster {
 // physical replication slot slot, which it creates on c, with
 // hot_standby_feedback = on and, on PostgreSQL 17 and newer,
 // sync_replication_slots = on, so c's failover slots are synchronized to
-// it. opts.Config and opts.HBA are added as for Cluster; opts.Major is c's.
+// it. opts.Config and opts.HBA are added as for Cluster; opts.Major is c's;
+// opts.Upstream, when set, is where it replicates from instead of c.URL.
 // It is destroyed at cleanup.
 func (c *PostgresCluster) Standby(slot string, opts ClusterOptions) *PostgresCluster {
 	c.t.Helper()
 	opts.Major = c.Major
+	upstream := c.URL
+	if opts.Upstream != "" {
+		upstream = opts.Upstream
+	}
 	s := newCluster(c.t, c.Major)
-	s.Control("standby", c.URL, slot)
+	s.Control("standby", upstream, slot)
 	return s.setUp(opts)
 }
 

@@ -1,0 +1,411 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// event is an event as the verifier of a forked history tells them apart:
+// by id and content, because after such a failover one id may name two
+// events, one of each history.
+type event struct {
+	id, aggregate string
+	seq           int
+}
+
+// TestFailoverPastTheFork is a failover without synchronized_standby_slots
+// (PostgreSQL 17, an asynchronous standby), the standby cut off from the
+// primary while cdc-outbox goes on streaming: events committed on the old
+// primary after the cut reach Kafka (in exactly-once delivery, with a
+// Kafka checkpoint past the standby's WAL), then the primary is SIGKILLed
+// and the standby promoted, whose timeline forks before them. cdc-outbox,
+// reconnecting, stops without confirming anything on the new primary and
+// says which WAL range was lost; started again, it streams the new
+// primary from its slot, skipping (exactly-once) only what Kafka holds up
+// to the fork. The writers go on throughout. Every event of the new
+// primary's outbox is in Kafka (read_committed in exactly-once delivery);
+// the events of the lost range stay in Kafka, and the new primary's
+// bigserial gives some of their ids to new events, which the test counts
+// and reports, as the log and cdc_outbox_lost_history_total do.
+func TestFailoverPastTheFork(t *testing.T) {
+	for _, delivery := range []string{"exactly-once", "at-least-once"} {
+		t.Run(delivery, func(t *testing.T) { failoverPastTheFork(t, delivery) })
+	}
+}
+
+func failoverPastTheFork(t *testing.T, delivery string) {
+	began := time.Now()
+	primary := testenv.Cluster(t, testenv.ClusterOptions{Major: 17})
+	// The standby replicates through cut (closed to cut it off); cdc-outbox
+	// reaches it through late, silent until it is promoted, so that the
+	// stream meets the promoted server and not the standby before.
+	cut := testenv.NewProxy(t, "127.0.0.1:0", hostPort(t, primary.URL))
+	standby := primary.Standby(standbySlot, testenv.ClusterOptions{Upstream: "postgres://postgres@" + cut.Addr() + "/postgres?sslmode=disable"})
+	late := testenv.NewProxy(t, "127.0.0.1:0", hostPort(t, standby.URL))
+	e := newEnvAt(t, fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=primary", hostPort(t, primary.URL), hostPort(t, standby.URL)))
+	e.runURL = fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable", hostPort(t, primary.URL), late.Addr())
+	flags := []string{"--delivery", delivery, "--slot-poll-interval", "1s"}
+	readCommitted := delivery == "exactly-once"
+
+	st := e.start(flags...)
+	e.waitStreaming()
+	wl := newWorkload(e)
+	w := startWriters(wl)
+	w.waitMore(300)
+	testenv.WaitSlotSynced(t, standby.URL, e.slot, slotConfirmed(t, primary.URL, e.slot))
+
+	// Cut the standby off; what the primary commits from now on is not on
+	// the standby, and cdc-outbox streams it to Kafka.
+	cut.Close()
+	before := w.count()
+	w.waitMore(400)
+	wl.mu.Lock()
+	pastCut := append([]written(nil), wl.events[before:]...)
+	wl.mu.Unlock()
+	eventually(t, 2*time.Minute, fmt.Sprintf("the %d events committed after the cut in Kafka", len(pastCut)), func() bool {
+		in := map[event]bool{}
+		for _, ev := range readEvents(t, e.topic("payment"), readCommitted) {
+			in[ev] = true
+		}
+		for _, ev := range pastCut {
+			if !in[event{ev.id, ev.aggregate, ev.seq}] {
+				return false
+			}
+		}
+		return true
+	})
+
+	late.Blackhole()
+	primary.Control("kill")
+	standby.Control("promote")
+	late.Restore()
+	promoted := time.Now()
+	if err := st.exited(2 * time.Minute); err == nil {
+		t.Fatal("the streamer exited 0 after a failover past the fork")
+	}
+	fork := forkOf(t, standby.URL, 1)
+	log := st.logText()
+	for _, want := range []string{`"msg":"lost history: cdc-outbox read the old primary's WAL past the fork`, "the promoted standby never received", "Start cdc-outbox again"} {
+		if !strings.Contains(log, want) {
+			st.dump()
+			t.Fatalf("the streamer's log does not say %q", want)
+		}
+	}
+	// Nothing was confirmed on the new primary past the fork.
+	confirmed, err := pglogrepl.ParseLSN(slotConfirmed(t, standby.URL, e.slot))
+	if err != nil || confirmed > fork {
+		t.Fatalf("the new primary's slot confirmed %s (%v), past the fork at %s", confirmed, err, fork)
+	}
+	t.Logf("fork at %s; slot on the new primary at %s; the streamer stopped %s after the promotion",
+		fork, confirmed, time.Since(promoted).Round(time.Millisecond))
+
+	st = e.start(flags...)
+	e.waitStreaming()
+	w.waitMore(600)
+	w.stop()
+
+	c := countHistories(t, e, readCommitted)
+	t.Logf("%s failover past the fork: %s (of %d events written after the cut); skipped on restart %v; %s in all",
+		delivery, c, len(pastCut), metricValue(t, st, "cdc_outbox_transactions_skipped_total"), time.Since(began).Round(time.Second))
+	if c.lost == 0 {
+		t.Fatal("no event of the lost history in Kafka: the test did not fail over past the fork")
+	}
+	if delivery == "exactly-once" {
+		log := st.logText()
+		if !strings.Contains(log, `"msg":"lost history: the Kafka checkpoint lies on WAL this server never had`) {
+			t.Fatalf("the restart does not report the lost history:\n%s", tailOf(log, 3000))
+		}
+		if n := metricValue(t, st, "cdc_outbox_lost_history_total"); n != 1 {
+			t.Fatalf("cdc_outbox_lost_history_total = %v after the restart, want 1", n)
+		}
+	}
+	st.stop()
+}
+
+// histories is what Kafka holds of a server's outbox after its history
+// forked from the one streamed before: the server's events (expected),
+// those missing in Kafka and repeated there, the lost history's events in
+// Kafka (lost), and the server's events whose id one of those has too
+// (collisions: a consumer deduping by id drops them).
+type histories struct {
+	expected, missing, duplicates, lost, collisions int
+}
+
+func (h histories) String() string {
+	return fmt.Sprintf("expected=%d missing=%d duplicates=%d; lost history in Kafka %d events, new events sharing an id with one of them %d",
+		h.expected, h.missing, h.duplicates, h.lost, h.collisions)
+}
+
+// countHistories waits until Kafka has every event of the outbox of e's
+// server (the truth after a failover or a restore) and counts. An event is
+// told by id and content: after a fork one id may name two events.
+func countHistories(t *testing.T, e *env, readCommitted bool) histories {
+	t.Helper()
+	rows, _ := e.pool.Query(testenv.Context(t), `SELECT id::text, aggregate_id, coalesce((payload->>'seq')::int, 0) FROM outbox`)
+	table, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
+		var ev event
+		err := row.Scan(&ev.id, &ev.aggregate, &ev.seq)
+		return ev, err
+	})
+	if err != nil {
+		t.Fatalf("read the outbox: %v", err)
+	}
+	want := map[event]bool{}
+	for _, ev := range table {
+		want[ev] = true
+	}
+	h := histories{expected: len(want)}
+	var got map[event]int
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		got = map[event]int{}
+		for _, ev := range readEvents(t, e.topic("payment"), readCommitted) {
+			got[ev]++
+		}
+		h.missing = 0
+		for ev := range want {
+			if got[ev] == 0 {
+				h.missing++
+			}
+		}
+		if h.missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3m, %d of the %d events of the outbox are not in Kafka", h.missing, len(want))
+		}
+		time.Sleep(250 * time.Millisecond) // the poll's period
+	}
+	ids := map[string]bool{} // ids of the lost history's events in Kafka
+	for ev, n := range got {
+		if !want[ev] {
+			h.lost++
+			ids[ev.id] = true
+		} else {
+			h.duplicates += n - 1
+		}
+	}
+	for ev := range want {
+		if ids[ev.id] {
+			h.collisions++
+		}
+	}
+	return h
+}
+
+// forkOf reads, on the promoted server at url, the LSN where timeline tli
+// ended: its timeline history file.
+func forkOf(t *testing.T, url string, tli int32) pglogrepl.LSN {
+	t.Helper()
+	var history string
+	conn := testenv.Connect(t, url)
+	if err := conn.QueryRow(testenv.Context(t), `SELECT pg_read_file('pg_wal/' || lpad(upper(to_hex($1 + 1)), 8, '0') || '.history')`, tli).Scan(&history); err != nil {
+		t.Fatalf("read the timeline history: %v", err)
+	}
+	for _, line := range strings.Split(history, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == fmt.Sprint(tli) {
+			lsn, err := pglogrepl.ParseLSN(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return lsn
+		}
+	}
+	t.Fatalf("timeline %d not in the history:\n%s", tli, history)
+	return 0
+}
+
+// readEvents reads every record of topic to its end (its last stable offset
+// for a read_committed reader) and returns the events.
+func readEvents(t *testing.T, topic string, readCommitted bool) []event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(testenv.KafkaClient(t))
+	list, level := adm.ListEndOffsets, kgo.ReadUncommitted()
+	if readCommitted {
+		list, level = adm.ListCommittedOffsets, kgo.ReadCommitted()
+	}
+	ends, err := list(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("list the end offsets of %s: %v", topic, err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset - 1
+		}
+	})
+	var out []event
+	if len(left) == 0 {
+		return out
+	}
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
+	defer cl.Close()
+	for len(left) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s to its end: still %v to go", topic, left)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset >= end {
+				delete(left, r.Partition)
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			var body struct{ Seq int }
+			_ = json.Unmarshal(r.Value, &body)
+			out = append(out, event{header(r, "id"), string(r.Key), body.Seq})
+		})
+	}
+	return out
+}
+
+// TestExactlyOnceRestoredBaseBackup: a cluster restored from a base backup
+// and started as a primary keeps the system identifier and the timeline
+// and writes other transactions at the LSNs the old primary had used. The
+// Kafka checkpoint, written on the old primary after the backup, names an
+// LSN the restored cluster reaches again with other transactions. Every
+// event of the restored cluster is in Kafka, read_committed, and the lost
+// history is reported:
+//
+//   - recreate-slot: cdc-outbox starts with --recreate-slot right after the
+//     restore; the server's WAL ends before the checkpoint, so the
+//     checkpoint is not on its history, and nothing is skipped.
+//   - slot-before-writes: the slot is made right after the restore and the
+//     restored cluster writes past the checkpoint's LSN before cdc-outbox
+//     starts; cdc-outbox skips the transactions before it tentatively,
+//     finds another commit there (or none), and reads them again.
+func TestExactlyOnceRestoredBaseBackup(t *testing.T) {
+	for _, slotFirst := range []bool{false, true} {
+		name := map[bool]string{false: "recreate-slot", true: "slot-before-writes"}[slotFirst]
+		t.Run(name, func(t *testing.T) { restoredBaseBackup(t, slotFirst) })
+	}
+}
+
+func restoredBaseBackup(t *testing.T, slotFirst bool) {
+	began := time.Now()
+	old := testenv.Cluster(t, testenv.ClusterOptions{})
+	// The backup: a standby, stopped, later started without standby.signal
+	// (a restore of a base backup with the WAL it has).
+	backup := old.Standby("backup_1", testenv.ClusterOptions{})
+	e := newEnvAt(t, old.URL)
+	ctx := testenv.Context(t)
+	wl := newWorkload(e)
+	st := e.eo("--slot-failover=false")
+	e.waitStreaming()
+	if err := wl.write(ctx, 1, 300, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	var lsn string
+	if err := e.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the backup to replay up to "+lsn, func() bool {
+		var ok bool
+		conn := testenv.Connect(t, backup.URL)
+		defer conn.Close(context.Background())
+		return conn.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&ok) == nil && ok
+	})
+	backup.Control("stop")
+
+	// The old primary goes on; Kafka commits its events and a checkpoint
+	// past the backup's WAL.
+	if err := wl.write(ctx, 2, 400, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := wl.verify([]string{"payment"}, 2*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted())); v.missing != 0 {
+		t.Fatalf("before the restore: %s", v)
+	}
+	st.kill()
+	old.Control("kill")
+	cp := e.kafkaCheckpoint()
+
+	if err := os.Remove(filepath.Join(backup.DataDir, "standby.signal")); err != nil {
+		t.Fatal(err)
+	}
+	backup.Control("start")
+	e.url, e.runURL = backup.URL, backup.URL
+	pool, err := pgxpool.New(ctx, backup.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e.pool = pool
+	flags := []string{"--recreate-slot"}
+	var start pglogrepl.LSN
+	if slotFirst {
+		flags = nil
+		var at string
+		if err := pool.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		if start, err = pglogrepl.ParseLSN(at); err != nil {
+			t.Fatal(err)
+		}
+		for w := 10; ; w++ {
+			if err := wl.write(ctx, w, 200, 5, "payment", false); err != nil {
+				t.Fatal(err)
+			}
+			var past bool
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() > $1::pg_lsn`, cp.LSN.String()).Scan(&past); err != nil {
+				t.Fatal(err)
+			}
+			if past {
+				break
+			}
+		}
+	}
+	st = e.eo(flags...)
+	e.waitStreaming()
+	if !slotFirst {
+		if start, err = pglogrepl.ParseLSN(slotConfirmed(t, backup.URL, e.slot)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wl.write(ctx, 3, 600, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	c := countHistories(t, e, true)
+	log := st.logText()
+	t.Logf("restored base backup, exactly-once, %s: slot at %s, Kafka checkpoint at %s; %s; %s in all",
+		map[bool]string{false: "--recreate-slot", true: "slot made before the writes"}[slotFirst], start, cp.LSN, c, time.Since(began).Round(time.Second))
+	if start >= cp.LSN {
+		t.Fatalf("the slot starts at %s, at or past the Kafka checkpoint %s: the restored cluster's WAL does not overlap what Kafka holds", start, cp.LSN)
+	}
+	want := []string{`"msg":"lost history: the Kafka checkpoint lies on WAL this server never had`, "lies past the server's WAL"}
+	if slotFirst {
+		// The transactions before the checkpoint's position were skipped
+		// tentatively, then read again.
+		want = []string{"the Kafka checkpoint is not on this server's WAL history", "reading again the"}
+	}
+	for _, w := range want {
+		if !strings.Contains(log, w) {
+			t.Fatalf("the restart does not say %q:\n%s", w, tailOf(log, 3000))
+		}
+	}
+	if n := metricValue(t, st, "cdc_outbox_lost_history_total"); n != 1 {
+		t.Fatalf("cdc_outbox_lost_history_total = %v, want 1", n)
+	}
+	st.stop()
+}

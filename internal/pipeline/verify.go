@@ -1,0 +1,127 @@
+package pipeline
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+)
+
+// Verify has the pipeline, in exactly-once delivery, skip the transactions
+// up to the Kafka checkpoint's commit m only once it is proven that the
+// server's WAL holds that commit: that the stream reaches a transaction
+// ending at m.End with m's xid and commit time. Until then the transactions
+// before it are skipped tentatively: none is committed to the tracker, and
+// keepalives are held (Tracker.Hold), so the confirmed position stays
+// where the stream started. If the server has another transaction there,
+// or none, the checkpoint is of another history (a restored base backup
+// goes on with other transactions at the same LSNs): WAL returns an
+// *UnverifiedError, the stream reads again from the position it started
+// at, and this time nothing is skipped. A checkpoint at or before that
+// position needs no proof: the server sends nothing it could skip.
+//
+// Call it from the replication goroutine, before the first message.
+func (p *Pipeline) Verify(m checkpoint.Mark) {
+	if p.txp == nil || m.End <= p.ckpt.Confirmed() {
+		return
+	}
+	p.verify = &m
+	p.ckpt.Hold(true)
+}
+
+// Newest is the end LSN of the newest transaction the stream took the
+// commit of, or that the Kafka checkpoint holds (exactly-once): how far
+// what was handed to Kafka, or may be confirmed, reaches into the WAL. A
+// failover to a standby whose timeline forked before it finds a history
+// lost. Call it from the replication goroutine.
+func (p *Pipeline) Newest() pglogrepl.LSN {
+	n := max(p.ckpt.Newest(), p.through)
+	if p.verify != nil {
+		n = max(n, p.verify.End)
+	}
+	return n
+}
+
+// verifyBegin decides on a transaction whose commit record starts at final
+// while the checkpoint is not verified: skipped tentatively if it ends
+// before the checkpoint's commit, which it may be; otherwise the stream
+// has passed the checkpoint without meeting its commit.
+func (p *Pipeline) verifyBegin(final pglogrepl.LSN) error {
+	if final < p.verify.End {
+		p.skipping, p.unproven = true, true
+		return nil
+	}
+	return p.refute(final, 0, time.Time{}, p.tentative)
+}
+
+// verifyCommit ends a tentatively skipped transaction that ended at end.
+// It is the checkpoint's commit: verified, and every transaction skipped
+// tentatively was in Kafka; it goes on to the tracker's Commit, which
+// confirms it. It ends before: it stays skipped tentatively, out of the
+// tracker (tentative reports true). Otherwise the checkpoint is refuted.
+func (p *Pipeline) verifyCommit(end pglogrepl.LSN) (tentative bool, err error) {
+	m, at := p.verify, time.Unix(0, p.commitTime).UTC()
+	switch {
+	case m.Is(end, p.xid, at):
+		p.verify, p.unproven = nil, false
+		p.through = max(p.through, m.End)
+		p.ckpt.Hold(false)
+		p.skippedTx.Add(p.tentative + 1)
+		p.log.Info("skipping transactions that Kafka holds already (exactly-once): the Kafka checkpoint's commit is on this server's history, "+
+			"so the transactions up to it that PostgreSQL sent again are in Kafka",
+			"checkpoint_lsn", m.End, "xid", m.Xid, "commit_time", m.CommitTime, "skipped", p.tentative+1)
+		p.tentative = 0
+		return false, nil
+	case end < m.End:
+		p.tentative++
+		p.skipping, p.unproven = false, false
+		p.ckpt.Discard(p.tx)
+		p.tx = nil
+		return true, nil
+	}
+	// This transaction's rows were skipped too.
+	return false, p.refute(end, p.xid, at, p.tentative+1)
+}
+
+// refute ends the verification: the stream reached at without meeting the
+// checkpoint's commit, after skipping skipped transactions tentatively,
+// which are read again.
+func (p *Pipeline) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time, skipped uint64) error {
+	m := *p.verify
+	p.verify, p.unproven, p.skipping, p.tentative = nil, false, false, 0
+	p.ckpt.Hold(false)
+	p.obs.LostHistory()
+	found := "no commit there"
+	if xid != 0 {
+		found = fmt.Sprintf("transaction %d committed at %s ending at %s", xid, commitTime.Format(time.RFC3339Nano), at)
+	}
+	p.log.Warn("exactly-once delivery: the Kafka checkpoint is not on this server's WAL history (a restore from a base backup, or a failover past what the standby had): "+
+		"nothing is skipped, and the events Kafka holds of the WAL up to the checkpoint's position are of a lost history; consumers may meet their ids again on other events",
+		"checkpoint_lsn", m.End, "checkpoint_timeline", m.Timeline, "checkpoint_xid", m.Xid, "checkpoint_commit_time", m.CommitTime,
+		"stream_start_lsn", p.ckpt.Confirmed(), "found", found)
+	if skipped == 0 {
+		return nil // nothing was skipped: nothing to read again
+	}
+	return &UnverifiedError{Checkpoint: m, At: at, Skipped: skipped}
+}
+
+// UnverifiedError: the stream skipped transactions before the Kafka
+// checkpoint, tentatively, and then found that the server's WAL does not
+// hold the checkpoint's commit. The stream reads them again from the
+// position it started at, on a new connection, and publishes them.
+type UnverifiedError struct {
+	Checkpoint checkpoint.Mark
+	At         pglogrepl.LSN // where the stream passed it
+	Skipped    uint64        // transactions skipped tentatively up to At, to read again
+}
+
+func (e *UnverifiedError) Error() string {
+	return fmt.Sprintf("the Kafka checkpoint at %s (transaction %d of timeline %d) is not on this server's WAL history: the stream passed it at %s; "+
+		"reading again the %d transactions skipped up to there", e.Checkpoint.End, e.Checkpoint.Xid, e.Checkpoint.Timeline, e.At, e.Skipped)
+}
+
+// Resend tells the replication stream to read again from its confirmed
+// position on a new connection, rather than stop.
+func (e *UnverifiedError) Resend() bool { return true }
