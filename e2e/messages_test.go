@@ -322,3 +322,24 @@ func TestExactlyOnceMessages(t *testing.T) {
 	}
 	s.stop()
 }
+
+// TestRepublishSaysMessagesHaveNoRows: events written only as messages
+// leave the table empty, and republish says it has nothing to send them
+// from.
+func TestRepublishSaysMessagesHaveNoRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.start()
+	e.waitStreaming()
+	wl := newWorkload(e)
+	wl.insert = emitEvent
+	if err := wl.write(testenv.Context(t), 0, 10, 5, "payment", false); err != nil {
+		t.Fatal(err)
+	}
+	wl.check([]string{"payment"}, "messages")
+	s.stop()
+	out := e.republish()
+	if !strings.Contains(out, "republished nothing") || !strings.Contains(out, "have no row: republish cannot send them again") {
+		t.Fatalf("republish of a message outbox:\n%s", out)
+	}
+}
