@@ -1,12 +1,15 @@
 package mapping
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // TestMessageIsTheRowsRecord maps pairs of a row and the message of the
@@ -104,4 +107,43 @@ func TestMessageBadEvents(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "uses {tenant}, which is no member of a message") {
 		t.Errorf("template over tenant: %v", err)
 	}
+}
+
+// FuzzMapMessage: any content maps without panicking to a record or a
+// *BadEventError; a record carries the envelope's id, key and payload.
+//
+//	go test -fuzz=FuzzMapMessage ./internal/mapping
+func FuzzMapMessage(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"id":42,"aggregate_type":"order","aggregate_id":"o-1","event_type":"created","payload":{"a": 1},"created_at":"2026-12-01T00:22:33.123456+00:00"}`,
+		`{"v":1,"id":"e","aggregate_type":"b","aggregate_id":"b","event_type":"s","payload_base64":"AP8Q","headers":{"k":"v","n":1}}`,
+		`{"v":1,"id":"\u00e9","aggregate_type":"o","aggregate_id":"o","event_type":"c","payload":null}`,
+		`{"v":2}`, `[]`, ``, `{"v":1,"id":"e1","id":"e2"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	m := mustNew(f, DefaultConfig())
+	f.Fuzz(func(t *testing.T, content []byte) {
+		var rec kgo.Record
+		err := m.MapMessage(content, make([]Column, len(m.Columns())), &rec)
+		var be *BadEventError
+		switch {
+		case err == nil:
+			e, perr := contract.ParseEnvelope(content)
+			if perr != nil || headerValue(rec.Headers, "id") != e.ID || string(rec.Key) != e.AggregateID || (!e.Binary && !bytes.Equal(rec.Value, e.Payload)) {
+				t.Fatalf("%q: record %+v from envelope %+v (%v)", content, rec, e, perr)
+			}
+		case !errors.As(err, &be):
+			t.Fatalf("%q: error %v is not a *BadEventError", content, err)
+		}
+	})
+}
+
+func headerValue(hs []kgo.RecordHeader, key string) string {
+	for _, h := range hs {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
