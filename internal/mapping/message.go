@@ -55,10 +55,16 @@ func (m *Mapper) MapMessage(content []byte, cols []Column, rec *kgo.Record) erro
 	set := func(r int, data []byte, oid uint32) {
 		cols[m.idx[r]] = Column{Data: data, TypeOID: oid}
 	}
-	set(roleID, []byte(e.ID), oidText)
-	set(roleAggregateType, []byte(e.AggregateType), oidText)
-	set(roleAggregateID, []byte(e.AggregateID), oidText)
-	set(roleEventType, []byte(e.EventType), oidText)
+	// One buffer for the four texts: Map copies what the record keeps.
+	buf := make([]byte, 0, len(e.ID)+len(e.AggregateType)+len(e.AggregateID)+len(e.EventType))
+	for _, f := range [...]struct {
+		r int
+		v string
+	}{{roleID, e.ID}, {roleAggregateType, e.AggregateType}, {roleAggregateID, e.AggregateID}, {roleEventType, e.EventType}} {
+		n := len(buf)
+		buf = append(buf, f.v...)
+		set(f.r, buf[n:len(buf):len(buf)], oidText)
+	}
 	if e.Binary {
 		set(rolePayload, hex.AppendEncode([]byte(`\x`), e.Payload), oidBytea)
 	} else {

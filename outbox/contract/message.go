@@ -112,31 +112,39 @@ func ParseEnvelope(content []byte) (Envelope, error) {
 	if !json.Valid(content) {
 		return bad("", "is not valid JSON; it must be a JSON object such as %s", excerpt([]byte(`{"v":1,"id":"…","aggregate_type":"…","aggregate_id":"…","event_type":"…","payload":{…}}`)))
 	}
-	dec := json.NewDecoder(bytes.NewReader(content))
-	if t, _ := dec.Token(); t != json.Delim('{') {
+	// A walk over the top-level members of the (valid) object: encoding/json's
+	// Decoder would cost several allocations per member, on every event.
+	it := memberWalk{doc: content}
+	if !it.open() {
 		return bad("", "is JSON but not an object; the envelope is an object such as {\"v\":1,...}")
 	}
-	// seen: members given; has: those given and not null.
-	seen, has := make(map[string]bool, 9), make(map[string]bool, 9)
-	var version, payload, payload64 json.RawMessage
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return bad("", "is not valid JSON (%v)", err)
+	// seen: members given; has: those given and not null (bit i: members[i]).
+	var seen, has uint16
+	var version, payload, payload64 []byte
+	for {
+		rawName, raw, ok := it.next()
+		if !ok {
+			break
 		}
-		name := t.(string) // an object's member names are strings
-		if seen[name] {
+		i := memberIndex(rawName)
+		if i < 0 && bytes.IndexByte(rawName, '\\') >= 0 {
+			unescaped, _ := text(it.quoted(rawName), false)
+			rawName = []byte(unescaped)
+			i = memberIndex(rawName)
+		}
+		if i < 0 {
+			return bad(string(rawName), "is not a member of envelope version %d (%s); check its spelling", EnvelopeVersion, strings.Join(members[:], ", "))
+		}
+		name := members[i]
+		if seen&(1<<i) != 0 {
 			return bad(name, "appears twice; give each member once")
 		}
-		seen[name] = true
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return bad(name, "is not valid JSON (%v)", err)
-		}
+		seen |= 1 << i
 		if string(raw) == "null" && name != MemberPayload {
 			continue // as absent: json_build_object writes NULL so
 		}
-		has[name] = true
+		has |= 1 << i
+		var err error
 		switch name {
 		case MemberVersion:
 			version = raw
@@ -158,8 +166,8 @@ func ParseEnvelope(content []byte) (Envelope, error) {
 			}
 			e.Headers = raw
 		case MemberCreatedAt:
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
+			s, serr := text(raw, false)
+			if serr != nil {
 				return bad(name, "is not a string; give an RFC 3339 time such as \"2024-05-01T12:00:00Z\" (to_json(now()) writes one)")
 			}
 			t, perr := time.Parse(time.RFC3339Nano, s)
@@ -167,13 +175,12 @@ func ParseEnvelope(content []byte) (Envelope, error) {
 				return bad(name, "is %s, not an RFC 3339 time with an offset such as \"2024-05-01T12:00:00Z\"; to_json of a timestamptz writes one (a timestamp without time zone has no offset)", excerpt([]byte(s)))
 			}
 			e.CreatedAt = t
-		default:
-			return bad(name, "is not a member of envelope version %d (%s); check its spelling", EnvelopeVersion, strings.Join(members[:], ", "))
 		}
 		if err != nil {
 			return bad(name, "%v", err)
 		}
 	}
+
 	switch {
 	case version == nil:
 		return bad(MemberVersion, "is missing; the envelope begins {\"v\":%d, ...}", EnvelopeVersion)
@@ -182,7 +189,7 @@ func ParseEnvelope(content []byte) (Envelope, error) {
 	}
 	// An empty value is the mapping's to refuse, as an empty column's.
 	for _, m := range [...]string{MemberID, MemberAggregateType, MemberAggregateID, MemberEventType} {
-		if !has[m] {
+		if has&(1<<memberIndex([]byte(m))) == 0 {
 			return bad(m, "is missing or null; every outbox event needs it")
 		}
 	}
@@ -210,10 +217,111 @@ func ParseEnvelope(content []byte) (Envelope, error) {
 // members lists the envelope's members, for the message about another one.
 var members = [...]string{MemberVersion, MemberID, MemberAggregateType, MemberAggregateID, MemberEventType, MemberPayload, MemberPayloadBase64, MemberHeaders, MemberCreatedAt}
 
+// memberIndex is name's index in members, -1 when it is none.
+func memberIndex(name []byte) int {
+	for i, m := range members {
+		if string(name) == m {
+			return i
+		}
+	}
+	return -1
+}
+
+// memberWalk walks the top-level members of a JSON object that json.Valid
+// accepted: it only finds boundaries, never diagnoses syntax.
+type memberWalk struct {
+	doc []byte
+	pos int
+}
+
+// open reports whether the document is an object, positioning the walk at
+// its first member.
+func (w *memberWalk) open() bool {
+	w.pos = skipSpace(w.doc, 0)
+	if w.pos >= len(w.doc) || w.doc[w.pos] != '{' {
+		return false
+	}
+	w.pos++
+	return true
+}
+
+// next returns the next member: its name's content (without quotes, still
+// escaped) and its value's JSON text.
+func (w *memberWalk) next() (name, value []byte, ok bool) {
+	d := w.doc
+	i := skipSpace(d, w.pos)
+	if i < len(d) && d[i] == ',' {
+		i = skipSpace(d, i+1)
+	}
+	if i >= len(d) || d[i] != '"' {
+		return nil, nil, false // the closing brace
+	}
+	end := skipString(d, i)
+	name = d[i+1 : end-1]
+	i = skipSpace(d, end) // at ':'
+	i = skipSpace(d, i+1) // at the value
+	end = skipValue(d, i)
+	w.pos = end
+	return name, d[i:end], true
+}
+
+// quoted is a member name's content with its quotes, for text.
+func (w *memberWalk) quoted(name []byte) []byte {
+	return append(append([]byte{'"'}, name...), '"')
+}
+
+func skipSpace(d []byte, i int) int {
+	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string at d[i] == '"'.
+func skipString(d []byte, i int) int {
+	for i++; i < len(d); i++ {
+		switch d[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(d)
+}
+
+// skipValue returns the index just past the value at d[i].
+func skipValue(d []byte, i int) int {
+	if d[i] == '"' {
+		return skipString(d, i)
+	}
+	depth := 0
+	for ; i < len(d); i++ {
+		switch d[i] {
+		case '"':
+			i = skipString(d, i) - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return len(d)
+}
+
 // text is a member that becomes a header or the key: a JSON string, or,
 // when number is set, a number taken as its JSON text (json_build_object
 // writes a bigint id so).
-func text(raw json.RawMessage, number bool) (string, error) {
+func text(raw []byte, number bool) (string, error) {
 	if raw[0] != '"' {
 		if number && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9') {
 			return string(raw), nil
@@ -222,6 +330,9 @@ func text(raw json.RawMessage, number bool) (string, error) {
 			return "", errors.New("is neither a string nor a number")
 		}
 		return "", errors.New("is not a string")
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil // valid UTF-8 without escapes: as it is
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {

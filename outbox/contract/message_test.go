@@ -34,7 +34,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 // (spaces after the colons, a bigint id as a number, timestamptz with an
 // offset, NULLs as null): the form of the plain-SQL example.
 func TestEnvelopeAsPostgreSQLWritesIt(t *testing.T) {
-	content := []byte(`{"v" : 1, "id" : 42, "aggregate_type" : "order", "aggregate_id" : "o-1", "event_type" : "created", ` +
+	content := []byte(`{"v" : 1, "\u0069d" : 42, "aggregate_type" : "order", "aggregate_id" : "o-1", "event_type" : "created", ` +
 		`"payload" : {"total": 10.50, "items": [1, 2]}, "headers" : null, "created_at" : "2026-12-01T22:00:00.5+01:00"}`)
 	e, err := contract.ParseEnvelope(content)
 	if err != nil {
