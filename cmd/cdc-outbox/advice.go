@@ -159,7 +159,7 @@ func replicationAdvice(e *replication.Error) string {
 		return ". cdc-outbox makes its slot a failover slot with --slot-failover (the default). " +
 			"To recover: start cdc-outbox once with --recreate-slot (a new slot, streaming from its creation on), " +
 			"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
-			"consumers skip the repeats by event id. See High availability in the README"
+			"consumers skip the repeats by event id. See High availability in docs/operating.md"
 	case errors.Is(e.Err, replication.ErrSlotGone):
 		return ". Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events " +
 			"committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)"

@@ -85,7 +85,7 @@ func TestAdvice(t *testing.T) {
 			". cdc-outbox makes its slot a failover slot with --slot-failover (the default). " +
 				"To recover: start cdc-outbox once with --recreate-slot (a new slot, streaming from its creation on), " +
 				"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
-				"consumers skip the repeats by event id. See High availability in the README"},
+				"consumers skip the repeats by event id. See High availability in docs/operating.md"},
 		{"another cluster", &replication.Error{Err: replication.ErrOtherCluster}, "; check --postgres-url"},
 		{"publication gone", &replication.Error{Err: replication.ErrPublicationGone, Publication: "cdc_outbox", Slot: "s", Confirmed: 0x152E2B0},
 			`. To recover: re-create it (CREATE PUBLICATION "cdc_outbox" FOR TABLE <outbox table> WITH (publish = 'insert')), ` +
