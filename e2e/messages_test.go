@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+	"github.com/cdc-outbox/cdc-outbox/outbox"
 )
 
 // The outbox without a table: events as transactional logical decoding
@@ -80,7 +82,8 @@ func TestMessagesInterleavedWithRows(t *testing.T) {
 
 // TestMessageIsTheRowsRecord: an outbox row and a message of the same
 // values (the id aside) become the same record: topic, key, value byte for
-// byte, headers in order, timestamp.
+// byte, headers in order, timestamp. So does an event of outbox.Emit, but
+// for its timestamp, the transaction's start.
 func TestMessageIsTheRowsRecord(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -89,36 +92,51 @@ func TestMessageIsTheRowsRecord(t *testing.T) {
 	const payload = `{"amount": 10.50, "note": "caf\u00e9 <&>", "items": [1, 2]}`
 	const headers = `{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tenant": "t1"}`
 	const createdAt = "2026-12-01 10:00:00.123456+00"
-	var rowID, msgID string
+	var rowID, msgID, emitID string
+	var txStart time.Time
 	ctx := testenv.Context(t)
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, created_at)
 			VALUES ('payment', 'p-1', 'PaymentCaptured', $1, $2, $3) RETURNING id::text`, payload, headers, createdAt).Scan(&rowID); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT n.id::text FROM (SELECT nextval('outbox_id_seq') AS id) n,
+		if err := tx.QueryRow(ctx, `SELECT n.id::text FROM (SELECT nextval('outbox_id_seq') AS id) n,
 			LATERAL pg_logical_emit_message(true, 'cdc_outbox', json_build_object('v', 1, 'id', n.id, 'aggregate_type', 'payment',
 				'aggregate_id', 'p-1', 'event_type', 'PaymentCaptured', 'payload', $1::jsonb, 'headers', $2::jsonb,
-				'created_at', $3::timestamptz)::text) m`, payload, headers, createdAt).Scan(&msgID)
+				'created_at', $3::timestamptz)::text) m`, payload, headers, createdAt).Scan(&msgID); err != nil {
+			return err
+		}
+		// Emit keeps the payload as given; the row's jsonb column keeps
+		// PostgreSQL's form of it, which Emit is given here.
+		var asJSONB string
+		if err := tx.QueryRow(ctx, `SELECT $1::jsonb::text, now()`, payload).Scan(&asJSONB, &txStart); err != nil {
+			return err
+		}
+		var err error
+		emitID, err = outbox.Emit(ctx, tx, outbox.Event{AggregateType: "payment", AggregateID: "p-1", EventType: "PaymentCaptured",
+			Payload: json.RawMessage(asJSONB), Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tenant": "t1"}})
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := readRecords(t, e.topic("payment"), 2)
-	row, msg := recs[0], recs[1]
-	if header(row, "id") != rowID || header(msg, "id") != msgID {
-		t.Fatalf("ids %q, %q; want %s then %s", header(row, "id"), header(msg, "id"), rowID, msgID)
-	}
-	for i := range row.Headers {
-		if row.Headers[i].Key == "id" {
-			row.Headers[i].Value = []byte(msgID)
+	recs := readRecords(t, e.topic("payment"), 3)
+	row := recs[0]
+	for i, want := range []string{rowID, msgID, emitID} {
+		if got := header(recs[i], "id"); got != want {
+			t.Fatalf("record %d has id %q, want %s", i, got, want)
 		}
 	}
-	if row.Topic != msg.Topic || string(row.Key) != string(msg.Key) || string(row.Value) != string(msg.Value) ||
-		!slices.EqualFunc(row.Headers, msg.Headers, func(a, b kgo.RecordHeader) bool { return a.Key == b.Key && string(a.Value) == string(b.Value) }) ||
-		!row.Timestamp.Equal(msg.Timestamp) {
-		t.Fatalf("records differ:\nrow     %s %s %s %v %v\nmessage %s %s %s %v %v",
-			row.Topic, row.Key, row.Value, row.Headers, row.Timestamp, msg.Topic, msg.Key, msg.Value, msg.Headers, msg.Timestamp)
+	for _, msg := range recs[1:] {
+		if row.Topic != msg.Topic || string(row.Key) != string(msg.Key) || string(row.Value) != string(msg.Value) ||
+			!slices.EqualFunc(row.Headers, msg.Headers, func(a, b kgo.RecordHeader) bool {
+				return a.Key == b.Key && (a.Key == "id" || string(a.Value) == string(b.Value))
+			}) {
+			t.Fatalf("records differ:\nrow     %s %s %s %v\nmessage %s %s %s %v", row.Topic, row.Key, row.Value, row.Headers, msg.Topic, msg.Key, msg.Value, msg.Headers)
+		}
+	}
+	if !row.Timestamp.Equal(recs[1].Timestamp) || !recs[2].Timestamp.Equal(txStart.Truncate(time.Millisecond)) {
+		t.Fatalf("timestamps: row %v, message %v, Emit's %v (transaction start %v)", row.Timestamp, recs[1].Timestamp, recs[2].Timestamp, txStart)
 	}
 	s.stop()
 }

@@ -440,9 +440,7 @@ func (p *Pipeline) loneMessage(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	now := time.Now()
 	p.tx = p.ckpt.Begin(now)
 	p.commitTime = now.UnixNano()
-	if err := p.bad(ev, be); err != nil {
-		return err // cannot happen under dead-letter
-	}
+	_ = p.bad(ev, be) // under dead-letter: the record is sent, nil returned
 	if p.txp != nil {
 		p.txp.Boundary(at)
 		p.through = max(p.through, at)
