@@ -361,3 +361,30 @@ func TestRepublishSaysMessagesHaveNoRows(t *testing.T) {
 		t.Fatalf("republish of a message outbox:\n%s", out)
 	}
 }
+
+// TestOtherPrefixesDoNotHoldTheSlot: with nothing but other applications'
+// messages in the WAL (a heartbeat, non-transactional, and a transactional
+// one), the slot's confirmed position moves past them: passed over, they
+// hold nothing back.
+func TestOtherPrefixesDoNotHoldTheSlot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.start()
+	e.waitStreaming()
+	for range 3 {
+		testenv.Exec(t, e.url, `SELECT pg_logical_emit_message(false, 'heartbeat', 'beat')`)
+		testenv.Exec(t, e.url, `SELECT pg_logical_emit_message(true, 'other_app', 'x')`)
+	}
+	var after int64
+	if err := e.pool.QueryRow(testenv.Context(t), `SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the slot to confirm past the other prefixes' messages", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return confirmed >= after
+	})
+	if n := metricValue(t, s, `cdc_outbox_events_skipped_total{reason="other_prefix"}`); n != 6 {
+		t.Fatalf("%v messages passed over, want 6", n)
+	}
+	s.stop()
+}
