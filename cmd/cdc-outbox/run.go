@@ -207,11 +207,16 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		return err
 	}
 	if txp != nil {
-		// The committer stops after the stream, which drains through it.
-		// Its failure (fenced, a refused record) stops the stream, whether
-		// it streams, drains (Fail) or waits for the slot (the group).
-		tctx, stop := context.WithCancel(g.Context())
+		// The committer stops after the stream, which drains through it:
+		// its context is not the group's, which a signal ends, but ends
+		// when the group stops it, once run has returned. Its failure
+		// (fenced, a refused record) stops the stream, whether it
+		// streams, drains (Fail) or waits for the slot (the group).
+		tctx, stop := context.WithCancel(context.WithoutCancel(g.Context()))
 		g.Go("Kafka transactions", func() error {
+			// On a signal, what is queued commits at once, not after
+			// --transaction-interval: the stream's drain waits for it.
+			defer context.AfterFunc(g.Context(), txp.CommitNow)()
 			err := txp.Run(tctx)
 			if err != nil {
 				p.Fail(err)

@@ -149,3 +149,41 @@ func TestMalformedMessage(t *testing.T) {
 		t.Fatalf("confirmed %s", ck.Confirmed())
 	}
 }
+
+// TestResentTransactionWithMessages: messages are changes of their
+// transaction like rows. The connection breaks inside a transaction of
+// rows and messages with the first three acknowledged; sent again, it is
+// published again from the fourth, message or row. A non-transactional
+// message set aside before it leaves nothing behind to remember.
+func TestResentTransactionWithMessages(t *testing.T) {
+	p, ck, s := newMessagePipeline(t, DeadLetter)
+	a := newAcker(t, p, s)
+	sendTx(t, p, s, change{900, relationMsg()})
+	if got := sendTx(t, p, s, change{5_000, logicalMsg(false, 5_000, "cdc_outbox", envelope("lone", "payment"))}); !same(got, []string{"lone"}) {
+		t.Fatalf("the non-transactional message produced %v", got)
+	}
+	a.latest("lone")
+	body := []change{
+		{10_000, row("1", "payment")},
+		{10_100, logicalMsg(true, 10_150, "cdc_outbox", envelope("m2", "payment"))},
+		{10_200, row("3", "payment")},
+		{10_300, logicalMsg(true, 10_350, "cdc_outbox", envelope("m4", "payment"))},
+		{10_400, row("5", "payment")},
+	}
+	if got := sendTx(t, p, s, txOf(90_000, 7, body[:4], 0)...); !same(got, []string{"1", "m2", "3", "m4"}) {
+		t.Fatalf("first sending produced %v", got)
+	}
+	a.latest("1", "m2", "3")
+	p.Lost()
+	if len(p.resend.again) != 1 {
+		t.Fatalf("%d transactions to be sent again, want the open one", len(p.resend.again))
+	}
+	if got := sendTx(t, p, s, txOf(90_000, 7, body, 90_100)...); !same(got, []string{"m4", "5"}) {
+		t.Fatalf("sent again, it produced %v, want [m4 5]", got)
+	}
+	a.earliest("m4") // the first sending's, acknowledged late
+	a.latest("m4", "5")
+	if ck.Confirmed() != 90_100 || p.InFlight() != 0 {
+		t.Fatalf("confirmed %s, %d in flight", ck.Confirmed(), p.InFlight())
+	}
+}

@@ -237,6 +237,11 @@ func (s *Stream) session(ctx context.Context) error {
 	if err != nil {
 		return s.explain(conn, err)
 	}
+	held, err := heldSlotPosition(setupCtx, s.cfg.URL, s.cfg.Slot, conn.PID())
+	if err != nil {
+		return err
+	}
+	s.tookOver(held)
 	if h := s.cfg.Holding; h != nil {
 		s.cfg.Holding = nil // once per process, not per connection
 		if err := h(ctx); err != nil {
@@ -249,6 +254,25 @@ func (s *Stream) session(ctx context.Context) error {
 	// second update, but the first keepalive tick should come soon.
 	s.lastSentAt = time.Time{}
 	return s.stream(ctx, conn, pr)
+}
+
+// tookOver sets what the stream may send from the position of the slot it
+// now holds, read after acquiring it. A hot standby's position is the
+// slot's as it was when the standby started, possibly hours before it got
+// the slot, which the instance before it moved on since; sent as is, it
+// would move confirmed_flush_lsn backwards (older PostgreSQL releases take
+// what they are told; newer ones ignore it), and a stop before the next
+// update would send all of that again.
+// Everything up to the slot's position was confirmed by the process that
+// held it: the first update says at least that, and the checkpoint, when
+// nothing is open or in flight here, starts from it.
+func (s *Stream) tookOver(held pglogrepl.LSN) {
+	if own := max(s.pos.Confirmed(), s.lastSent); held > own {
+		s.log.Info("the slot is ahead of this instance's position: another instance confirmed more while this one waited; resuming from the slot's",
+			"slot", s.cfg.Slot, "slot_confirmed_lsn", held, "own_lsn", own)
+	}
+	s.lastSent = max(s.lastSent, held)
+	s.pos.Idle(held)
 }
 
 // explain turns the server errors that stop streaming for good into an
