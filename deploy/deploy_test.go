@@ -57,10 +57,10 @@ const (
 // contract is every metric cdc-outbox exports (besides the Kafka client's
 // cdc_outbox_kafka_* and the Go runtime's), with its labels.
 var contract = map[string][]string{
-	"cdc_outbox_events_total":               {"topic"},
+	"cdc_outbox_events_total":               {"topic", "kind"},
 	"cdc_outbox_transactions_total":         nil,
 	"cdc_outbox_events_skipped_total":       {"reason"},
-	"cdc_outbox_bad_events_total":           {"action"},
+	"cdc_outbox_bad_events_total":           {"action", "kind"},
 	"cdc_outbox_publish_errors_total":       nil,
 	"cdc_outbox_lag_seconds":                nil,
 	"cdc_outbox_replication_lag_bytes":      nil,

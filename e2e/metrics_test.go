@@ -65,7 +65,7 @@ func TestMetricsMoveWhileEventsFlow(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- wl.write(testenv.Context(t), 0, 500, 10, "payment", false) }()
 	var maxLag, maxInflight float64
-	topic := `cdc_outbox_events_total{topic="` + e.topic("payment") + `"}`
+	topic := `cdc_outbox_events_total{kind="row",topic="` + e.topic("payment") + `"}`
 	var last map[string]float64
 	eventually(t, 60*time.Second, "500 events counted", func() bool {
 		last = scrape(t, addr)

@@ -252,7 +252,7 @@ func TestCreatedAtFarAheadGetsProduceTime(t *testing.T) {
 			if log := s.logText(); !strings.Contains(log, "created_at is too far ahead") || !strings.Contains(log, `"event_id":"`+id+`"`) {
 				t.Fatalf("no warning naming event %s:\n%s", id, log)
 			}
-			if m := scrape(t, addr); m[`cdc_outbox_bad_events_total{action="failed"}`]+m[`cdc_outbox_bad_events_total{action="dead_lettered"}`] != 0 {
+			if m := scrape(t, addr); m[`cdc_outbox_bad_events_total{action="failed",kind="row"}`]+m[`cdc_outbox_bad_events_total{action="dead_lettered",kind="row"}`] != 0 {
 				t.Fatal("counted as a bad event")
 			}
 			s.stop()

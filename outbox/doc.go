@@ -22,6 +22,14 @@
 // "source" headers or is larger than its 64 KiB header limit. Validate
 // runs the same checks without a database.
 //
+// Emit (pgx) and EmitSQL (database/sql) write the same event without a
+// table: as a transactional logical decoding message
+// (pg_logical_emit_message) that PostgreSQL writes to the WAL alone and the
+// streamer publishes as the record the row would have become, with the same
+// checks, and an event id Emit makes (a UUID). It is cheaper than a row
+// (no heap tuple, no index entry, nothing to delete or vacuum) and leaves
+// nothing to query or republish from.
+//
 // It also carries a W3C traceparent from a request into the event headers
 // (ContextWithTraceparent, WithTraceparent) without depending on
 // OpenTelemetry: whatever middleware knows the current trace puts its

@@ -73,6 +73,10 @@ type Config struct {
 	// publishes deletes would make the streamer skip or reject them, and a
 	// consumer of the table itself would never see the row.
 	DeleteAfterInsert bool
+	// MessagePrefix is the streamer's --message-prefix (default
+	// contract.DefaultMessagePrefix, "cdc_outbox"): the prefix of the
+	// messages Emit writes.
+	MessagePrefix string
 }
 
 // DefaultConfig returns the names sql/publication.sql creates and the
@@ -87,6 +91,7 @@ func DefaultConfig() Config {
 		PayloadColumn:       contract.ColumnPayload,
 		HeadersColumn:       contract.ColumnHeaders,
 		Topic:               topic.DefaultTemplate,
+		MessagePrefix:       contract.DefaultMessagePrefix,
 	}
 }
 
@@ -119,6 +124,7 @@ type Writer struct {
 	deleteAfter bool
 	topic       *topic.Template
 	columns     map[string]func(Event) string // the Event field behind each column a topic placeholder may name
+	prefix      string                        // of the messages Emit writes
 }
 
 // New checks cfg and builds a Writer. Empty fields take their defaults.
@@ -188,6 +194,10 @@ func New(cfg Config) (*Writer, error) {
 			}
 		}
 	}
+	cfg.MessagePrefix = or(cfg.MessagePrefix, def.MessagePrefix)
+	if e := checkIdent(cfg.MessagePrefix); e != "" {
+		bad("MessagePrefix", "%q: %s", cfg.MessagePrefix, e)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -203,6 +213,7 @@ func New(cfg Config) (*Writer, error) {
 		deleteAfter: cfg.DeleteAfterInsert,
 		topic:       tmpl,
 		columns:     fields,
+		prefix:      cfg.MessagePrefix,
 	}
 	if cfg.DeleteAfterInsert {
 		// $1 is the id's text: sent as text, PostgreSQL reads it with the

@@ -260,6 +260,7 @@ init() {
 		max_connections = 200
 		fsync = off
 		log_min_messages = warning
+		max_prepared_transactions = 10  # two-phase commit in the tests
 	EOF
 }
 

@@ -193,8 +193,14 @@ func replicationAdvice(e *replication.Error) string {
 // badEventAdvice is the way out of a bad event that stopped the stream.
 func badEventAdvice(e *pipeline.BadEventError) string {
 	var refused *pipeline.RefusedError
-	if errors.As(e.Err, &refused) {
+	var lone *pipeline.NonTransactionalError
+	switch {
+	case errors.As(e.Err, &refused):
 		return "; or run with --on-bad-event=dead-letter to set such events aside"
+	case errors.As(e.Err, &lone):
+		return "; it stops the stream at every start until it is set aside: run with --on-bad-event=dead-letter, and correct the writer"
+	case e.Message:
+		return "; a message cannot be corrected once written: correct the writer, and fix the configuration and restart, or run with --on-bad-event=dead-letter to set such events aside"
 	}
 	return "; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside"
 }

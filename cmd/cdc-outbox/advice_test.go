@@ -117,6 +117,10 @@ func TestAdvice(t *testing.T) {
 		{"record too large", &pipeline.BadEventError{EventID: "42", Err: &pipeline.TooLargeError{Size: 2 << 20, Limit: 1 << 20}},
 			"; shrink the payload, or raise --max-record-bytes together with the broker's message.max.bytes (keep it at or below that)" +
 				"; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside"},
+		{"non-transactional message", &pipeline.BadEventError{EventID: "e1", Message: true, Err: &pipeline.NonTransactionalError{Prefix: "cdc_outbox"}},
+			"; it stops the stream at every start until it is set aside: run with --on-bad-event=dead-letter, and correct the writer"},
+		{"bad message", &pipeline.BadEventError{EventID: "e1", Message: true, Err: &mapping.BadEventError{EventID: "e1", Reason: `message member "v" is missing`}},
+			"; a message cannot be corrected once written: correct the writer, and fix the configuration and restart, or run with --on-bad-event=dead-letter to set such events aside"},
 		{"unmapped relation", &pipeline.BadEventError{EventID: "42", Err: &pipeline.UnmappedError{Relation: "public.gone", OID: 9, Why: "it no longer exists"}},
 			"; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside"},
 		{"refused: too large", refused(fmt.Errorf("%w (uncompressed_bytes=5000)", kerr.MessageTooLarge)),

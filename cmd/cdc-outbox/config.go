@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -47,6 +48,7 @@ type runConfig struct {
 	Source          string // --source; "" until run resolves the default
 	OnBadEvent      string
 	DeadLetterTopic string
+	MessagePrefix   string
 
 	Delivery            string
 	TransactionalID     string
@@ -85,6 +87,8 @@ func runFlags(c *runConfig) *flags {
 
 	kafkaFlags(f, c)
 	mappingFlags(f, c)
+	f.String(&c.MessagePrefix, "message-prefix", contract.DefaultMessagePrefix, "`prefix` of outbox messages: pg_logical_emit_message(true, <prefix>, <envelope>) is published as the event an outbox row "+
+		"of the same values would be; messages of other prefixes are passed over")
 
 	deliveryFlags(f, c)
 	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<system identifier>-<database OID>-<slot>")
@@ -213,6 +217,8 @@ func (c *runConfig) validate() error {
 	check := p.check
 	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
 	c.validateOutput(&p)
+	check(c.MessagePrefix != "" && len(c.MessagePrefix) <= 255 && utf8.ValidString(c.MessagePrefix) && !strings.ContainsRune(c.MessagePrefix, 0),
+		"--message-prefix %q: give 1 to 255 bytes of UTF-8 text", c.MessagePrefix)
 	check(c.CPUs >= 0, "--cpus %d: must be 0 (Go's default) or positive", c.CPUs)
 	check(c.MaxInflightBytes > 0, "--max-inflight-bytes %d: must be positive", c.MaxInflightBytes)
 	check(c.StatusInterval > 0, "--status-interval %s: must be positive", c.StatusInterval)

@@ -32,7 +32,8 @@ func republishFlags(c *republishConfig) *flags {
 		"headers and timestamp, and the same bad-event policy): the repair after a replication slot was lost (wal_status lost, dropped,\n"+
 		"or not carried over a failover) and the way to give a consumer history. Consumers skip what they have by event id.\n"+
 		"Rows go in the order of the id, or of (created_at, id) with --since or --until, in batches; progress on stderr.\n"+
-		"Interrupted (SIGINT, SIGTERM) or stopped by a bad row, it says which flag starts it again where it stopped.")
+		"Interrupted (SIGINT, SIGTERM) or stopped by a bad row, it says which flag starts it again where it stopped.\n"+
+		noRowsForMessages)
 	rc := &c.runConfig
 	f.String(&rc.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs SELECT on the table")
 	f.String(&rc.Table, "table", contract.DefaultTable, tableHelp)
@@ -128,6 +129,9 @@ func republishCommand(args []string, stdout, stderr io.Writer) int {
 	attrs := []any{"rows_read", sum.RowsRead, "acknowledged", sum.Acked, "dead_lettered", sum.DeadLettered, "timestamps_replaced", sum.TimestampsReplaced,
 		"elapsed", sum.Elapsed.Round(time.Millisecond), "rows_per_second", perSecond(sum.Acked, sum.Elapsed)}
 	switch {
+	case err == nil && sum.RowsRead == 0:
+		log.Warn("republished nothing: no row of the table is in the selection. "+noRowsForMessages, attrs...)
+		return 0
 	case err == nil:
 		log.Info("republished", attrs...)
 		return 0
@@ -139,6 +143,10 @@ func republishCommand(args []string, stdout, stderr io.Writer) int {
 		append(attrs, "resume", resume(sum), "error", say(err))...)
 	return 1
 }
+
+// noRowsForMessages is what republish cannot do for a message outbox.
+const noRowsForMessages = "Events written as outbox messages (pg_logical_emit_message, outbox.Emit; see --message-prefix of run) have no row: " +
+	"republish cannot send them again, and Kafka's retention holds their only copy."
 
 // resume is the flag that starts a run again where s says it may.
 func resume(s republish.Summary) string {

@@ -200,6 +200,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		Mapping:           c.Mapping,
 		OnBadEvent:        c.OnBadEvent,
 		DeadLetterTopic:   c.DeadLetterTopic,
+		MessagePrefix:     c.MessagePrefix,
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
@@ -310,10 +311,11 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			return time.Time{}, false
 		},
 		Skipped: map[string]func() float64{
-			decoder.SkipUpdate:     read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Update) }),
-			decoder.SkipDelete:     read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Delete) }),
-			decoder.SkipTruncate:   read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Truncate) }),
-			decoder.SkipOtherTable: read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().OtherTable) }),
+			decoder.SkipUpdate:      read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Update) }),
+			decoder.SkipDelete:      read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Delete) }),
+			decoder.SkipTruncate:    read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().Truncate) }),
+			decoder.SkipOtherTable:  read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().OtherTable) }),
+			decoder.SkipOtherPrefix: read(func(dp *dataPath) float64 { return float64(dp.pipe.Skipped().OtherPrefix) }),
 		},
 	}
 }

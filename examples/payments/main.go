@@ -46,7 +46,12 @@ func run() error {
 	postgresURL := flag.String("postgres-url", envOr("PAYMENTS_POSTGRES_URL", ""), "PostgreSQL URL of the payments database (env PAYMENTS_POSTGRES_URL)")
 	listen := flag.String("listen", envOr("PAYMENTS_LISTEN", "127.0.0.1:8000"), "address to serve the API on (env PAYMENTS_LISTEN)")
 	providerURL := flag.String("provider-url", envOr("PAYMENTS_PROVIDER_URL", "http://127.0.0.1:8081"), "base URL of the card provider, e.g. examples/payments/fakeprovider (env PAYMENTS_PROVIDER_URL)")
+	outboxKind := flag.String("outbox", envOr("PAYMENTS_OUTBOX", "table"), "how events are written: table (outbox.Write, a row of the outbox table) "+
+		"or message (outbox.Emit, a logical decoding message, no table) (env PAYMENTS_OUTBOX)")
 	flag.Parse()
+	if *outboxKind != "table" && *outboxKind != "message" {
+		return fmt.Errorf("--outbox %q: use table or message", *outboxKind)
+	}
 	if *postgresURL == "" {
 		return errors.New("--postgres-url (or PAYMENTS_POSTGRES_URL) is required")
 	}
@@ -67,6 +72,7 @@ func run() error {
 		Pool:     pool,
 		Provider: &provider.Client{BaseURL: *providerURL},
 		Logger:   log,
+		Messages: *outboxKind == "message",
 	})
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 type Kind uint8
 
 const (
-	KindIgnore   Kind = iota // Type, Origin and logical decoding Message: valid but not needed
+	KindIgnore   Kind = iota // Type and Origin: valid but not needed
 	KindBegin                // start of a transaction
 	KindInsert               // an insert into the outbox table
 	KindCommit               // end of a transaction
@@ -25,6 +25,10 @@ const (
 	// Role): the caller cannot tell whether it is an outbox row, so it must
 	// neither publish nor skip it, but treat it as a bad event.
 	KindUnmapped
+	// KindMessage is a logical decoding message (pg_logical_emit_message)
+	// of the outbox prefix (see Messages), transactional or not: the
+	// caller decides, as a non-transactional one is no outbox event.
+	KindMessage
 )
 
 func (k Kind) String() string {
@@ -43,6 +47,8 @@ func (k Kind) String() string {
 		return "skip"
 	case KindUnmapped:
 		return "unmapped"
+	case KindMessage:
+		return "message"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -53,6 +59,10 @@ const (
 	SkipDelete     = "delete"      // a Delete from any table
 	SkipTruncate   = "truncate"    // a Truncate of any tables
 	SkipOtherTable = "other_table" // an Insert into a relation whose role is RoleOther
+	// SkipOtherPrefix is a logical decoding message whose prefix is not
+	// the outbox's: another application's (a heartbeat, a replication
+	// tool's marker).
+	SkipOtherPrefix = "other_prefix"
 )
 
 // Role is what a relation is to the streamer. The decoder does not decide
@@ -134,6 +144,14 @@ type Event struct {
 	Values     []Value       // Insert, Unmapped: one per wanted column, in New's order (Missing() when the relation lacks it)
 	Tuple      []Value       // Insert, Unmapped: every column in relation order (used to dead-letter the raw row)
 	SkipReason string        // Skip: one of the Skip* constants
+
+	// Message: whether it was emitted transactionally, the LSN pgoutput
+	// gives it (the end of its WAL record), its prefix and content
+	// (aliasing the message passed to Decode).
+	Transactional bool
+	MessageLSN    pglogrepl.LSN
+	Prefix        []byte
+	Content       []byte
 }
 
 // SkipCounts counts the Skip events returned since New, by reason. A Truncate
@@ -143,6 +161,8 @@ type SkipCounts struct {
 	Delete     uint64
 	Truncate   uint64
 	OtherTable uint64
+	// OtherPrefix counts messages passed over for their prefix.
+	OtherPrefix uint64
 }
 
 // Decoder decodes the pgoutput messages of one replication stream. It keeps
@@ -150,6 +170,9 @@ type SkipCounts struct {
 // goroutine at a time; Skipped may be called from any goroutine.
 type Decoder struct {
 	wanted []string
+	// prefix marks outbox messages (Messages); nil: every message is
+	// passed over.
+	prefix []byte
 
 	relations map[uint32]*Relation
 	roles     map[uint32]Role // assigned by the caller; absent means RoleUnmapped
@@ -161,7 +184,7 @@ type Decoder struct {
 	tuple  []Value // backs ev.Tuple
 
 	// Atomic so a metrics goroutine can read them while Decode runs.
-	skipUpdate, skipDelete, skipTruncate, skipOther atomic.Uint64
+	skipUpdate, skipDelete, skipTruncate, skipOther, skipPrefix atomic.Uint64
 }
 
 // New returns a decoder; wanted lists the column names whose values every
@@ -193,13 +216,19 @@ func (d *Decoder) Assign(id uint32, role Role) *Relation {
 	return &rel
 }
 
+// Messages makes the logical decoding messages of prefix KindMessage
+// events; messages of other prefixes are skipped (SkipOtherPrefix). Without
+// it every message is skipped. Call it before the first Decode.
+func (d *Decoder) Messages(prefix string) { d.prefix = []byte(prefix) }
+
 // Skipped reports how many changes were skipped since New, by reason.
 func (d *Decoder) Skipped() SkipCounts {
 	return SkipCounts{
-		Update:     d.skipUpdate.Load(),
-		Delete:     d.skipDelete.Load(),
-		Truncate:   d.skipTruncate.Load(),
-		OtherTable: d.skipOther.Load(),
+		Update:      d.skipUpdate.Load(),
+		Delete:      d.skipDelete.Load(),
+		Truncate:    d.skipTruncate.Load(),
+		OtherTable:  d.skipOther.Load(),
+		OtherPrefix: d.skipPrefix.Load(),
 	}
 }
 
@@ -234,7 +263,7 @@ func (d *Decoder) Decode(msg []byte) (*Event, error) {
 	case 'O':
 		err = ignoreOrigin(&r)
 	case 'M':
-		err = ignoreMessage(&r)
+		err = d.message(&r)
 	default:
 		err = &MessageError{Type: msg[0], Detail: "not a pgoutput protocol version 1 message", Err: ErrUnknownMessageType}
 	}
@@ -434,16 +463,28 @@ func ignoreOrigin(r *reader) error {
 	return r.done()
 }
 
-func ignoreMessage(r *reader) error {
-	r.u8("flags")
-	r.u64("message LSN")
-	r.cstring("prefix")
+// message reads a logical decoding Message. Protocol version 1 has no xid
+// in it (that comes with streamed transactions, which are not asked for).
+// Flags bit 1 is set for a transactional message; other bits are not
+// checked, so that a future flag does not stop the stream.
+func (d *Decoder) message(r *reader) error {
+	flags := r.u8("flags")
+	lsn := r.u64("message LSN")
+	prefix := r.cstring("prefix")
 	size := int32(r.u32("content length"))
 	if size < 0 {
 		r.fail(r.off-4, fmt.Sprintf("content length is %d", size), ErrMalformed)
 	}
-	r.take(int(size), "content")
-	return r.done()
+	content := r.take(int(size), "content")
+	if err := r.done(); err != nil {
+		return err
+	}
+	if d.prefix == nil || !bytes.Equal(prefix, d.prefix) {
+		d.skip(SkipOtherPrefix, nil)
+		return nil
+	}
+	d.ev = Event{Kind: KindMessage, Transactional: flags&1 != 0, MessageLSN: pglogrepl.LSN(lsn), Prefix: prefix, Content: content}
+	return nil
 }
 
 // lookup reads a change message's relation id and finds its cached Relation.
@@ -508,6 +549,8 @@ func (d *Decoder) skip(reason string, rel *Relation) {
 		d.skipTruncate.Add(1)
 	case SkipOtherTable:
 		d.skipOther.Add(1)
+	case SkipOtherPrefix:
+		d.skipPrefix.Add(1)
 	}
 	d.ev = Event{Kind: KindSkip, Relation: rel, SkipReason: reason}
 }

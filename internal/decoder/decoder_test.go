@@ -100,6 +100,19 @@ func logicalMsg() []byte {
 	return msg('M').u8(1).lsn(0x1_0000_0200).str("app").u32(5).raw([]byte("hello")).bytes()
 }
 
+// outboxMsgPrefix is the prefix outboxDecoder takes for outbox messages.
+const outboxMsgPrefix = "cdc_outbox"
+
+// outboxMsg is a logical decoding message of the outbox prefix;
+// transactional sets flags bit 1.
+func outboxMsg(transactional bool, lsn uint64, content string) []byte {
+	flags := byte(0)
+	if transactional {
+		flags = 1
+	}
+	return msg('M').u8(flags).lsn(lsn).str(outboxMsgPrefix).u32(uint32(len(content))).raw([]byte(content)).bytes()
+}
+
 // The outbox fixture: a 7-column table and an insert with a ~200-byte JSON
 // payload, shared by the tests, the benchmark and the fuzz target.
 const (
@@ -137,6 +150,7 @@ func outboxInsert() []byte {
 // otherID as another table, as the streamer's catalog lookup would say.
 func outboxDecoder() *decoder.Decoder {
 	d := decoder.New(outboxWanted)
+	d.Messages(outboxMsgPrefix)
 	d.Assign(outboxID, decoder.RoleOutbox)
 	d.Assign(otherID, decoder.RoleOther)
 	return d
@@ -456,10 +470,59 @@ func TestAssign(t *testing.T) {
 
 func TestIgnore(t *testing.T) {
 	d := primed(t)
-	for _, m := range [][]byte{typeMsg(), originMsg(), logicalMsg(), msg('M').u8(0).lsn(1).str("").u32(0).bytes()} {
+	for _, m := range [][]byte{typeMsg(), originMsg()} {
 		if ev := mustDecode(t, d, m); ev.Kind != decoder.KindIgnore {
 			t.Errorf("%c: Kind = %v, want ignore", m[0], ev.Kind)
 		}
+	}
+}
+
+// TestMessage decodes a logical decoding message byte by byte: flags,
+// LSN, prefix, content length and content (protocol version 1, no xid).
+func TestMessage(t *testing.T) {
+	d := primed(t)
+	content := `{"v":1,"id":"e1"}`
+	m := outboxMsg(true, 0x2_0000_0010, content)
+	ev := mustDecode(t, d, m)
+	if ev.Kind != decoder.KindMessage || !ev.Transactional || ev.MessageLSN != 0x2_0000_0010 ||
+		string(ev.Prefix) != outboxMsgPrefix || string(ev.Content) != content || ev.Relation != nil {
+		t.Fatalf("transactional message: %+v", ev)
+	}
+	// The content aliases the message, capped so appending cannot
+	// overwrite what follows.
+	if &ev.Content[0] != &m[len(m)-len(content)] || cap(ev.Content) != len(content) {
+		t.Errorf("content does not alias the message, or is not capped")
+	}
+	ev = mustDecode(t, d, outboxMsg(false, 0x2_0000_0020, "x"))
+	if ev.Kind != decoder.KindMessage || ev.Transactional || ev.MessageLSN != 0x2_0000_0020 {
+		t.Errorf("non-transactional message: %+v", ev)
+	}
+	// Bits other than the first are not ours to judge.
+	if ev := mustDecode(t, d, msg('M').u8(3).lsn(1).str(outboxMsgPrefix).u32(0).bytes()); ev.Kind != decoder.KindMessage || !ev.Transactional || len(ev.Content) != 0 {
+		t.Errorf("flags 3, empty content: %+v", ev)
+	}
+	// Other prefixes, a prefix of ours among them, are passed over and
+	// counted.
+	for _, p := range []string{"app", "", "cdc_outbo", "cdc_outbox2", "CDC_OUTBOX"} {
+		if ev := mustDecode(t, d, msg('M').u8(1).lsn(1).str(p).u32(1).raw([]byte("x")).bytes()); ev.Kind != decoder.KindSkip || ev.SkipReason != decoder.SkipOtherPrefix || ev.Content != nil {
+			t.Errorf("prefix %q: %+v", p, ev)
+		}
+	}
+	if got := d.Skipped(); got != (decoder.SkipCounts{OtherPrefix: 5}) {
+		t.Errorf("Skipped() = %+v", got)
+	}
+	// Without Messages every message is passed over.
+	plain := decoder.New(nil)
+	if ev := mustDecode(t, plain, m); ev.Kind != decoder.KindSkip || ev.SkipReason != decoder.SkipOtherPrefix {
+		t.Errorf("decoder without a prefix: %+v", ev)
+	}
+	// A message between rows of a transaction keeps its place.
+	var kinds []decoder.Kind
+	for _, m := range [][]byte{beginMsg(0x300, 0, 9), outboxInsert(), outboxMsg(true, 0x2f0, "{}"), outboxInsert(), commitMsg(0x300, 0x330, 0)} {
+		kinds = append(kinds, mustDecode(t, d, m).Kind)
+	}
+	if want := []decoder.Kind{decoder.KindBegin, decoder.KindInsert, decoder.KindMessage, decoder.KindInsert, decoder.KindCommit}; !slices.Equal(kinds, want) {
+		t.Errorf("kinds = %v, want %v", kinds, want)
 	}
 }
 
@@ -512,6 +575,7 @@ func validMessages() [][]byte {
 		typeMsg(),
 		originMsg(),
 		logicalMsg(),
+		outboxMsg(true, 0x1_0000_0300, `{"v":1}`),
 	}
 }
 

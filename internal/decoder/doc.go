@@ -1,8 +1,9 @@
 // Package decoder turns pgoutput messages (protocol version 1), as they arrive
 // in XLogData, into events: Begin, Insert of an outbox row, Commit, Skip for
 // changes the streamer does not publish (updates, deletes and truncates,
-// inserts into other tables), and Unmapped for an insert into a relation
-// nobody has said is the outbox or not.
+// inserts into other tables, logical decoding messages of other prefixes),
+// Unmapped for an insert into a relation nobody has said is the outbox or
+// not, and Message for a logical decoding message of the outbox prefix.
 //
 // It owns the relation cache: Relation messages are kept by relation id and
 // replaced when they change, and each Insert's column values are found by

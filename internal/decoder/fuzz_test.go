@@ -28,6 +28,10 @@ func FuzzDecode(f *testing.F) {
 	// insert into it.
 	f.Add(relationMsg(78, "public", "outbox_p1", outboxColumns...), insertMsg(78, text("1"), null, null, null, text("{}"), null, null))
 
+	// An outbox message inside a transaction, and one outside any.
+	f.Add(beginMsg(0x400, 0, 3), outboxMsg(true, 0x3f0, `{"v":1,"id":"1"}`))
+	f.Add(outboxMsg(false, 0x3f0, "{}"), commitMsg(0x400, 0x430, 0))
+
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		d := primed(t)
 		for _, m := range [][]byte{first, second} {
@@ -86,12 +90,16 @@ func checkEvent(t *testing.T, m []byte, ev *decoder.Event) {
 		}
 	case decoder.KindSkip:
 		switch ev.SkipReason {
-		case decoder.SkipUpdate, decoder.SkipDelete, decoder.SkipTruncate, decoder.SkipOtherTable:
+		case decoder.SkipUpdate, decoder.SkipDelete, decoder.SkipTruncate, decoder.SkipOtherTable, decoder.SkipOtherPrefix:
 		default:
 			t.Fatalf("%q: skip reason %q", m, ev.SkipReason)
 		}
 		if ev.Values != nil || ev.Tuple != nil {
 			t.Fatalf("%q: skip carries values", m)
+		}
+	case decoder.KindMessage:
+		if string(ev.Prefix) != outboxMsgPrefix || len(ev.Content) > len(m) || ev.Relation != nil || ev.Values != nil {
+			t.Fatalf("%q: message %+v", m, ev)
 		}
 	case decoder.KindBegin, decoder.KindCommit, decoder.KindIgnore:
 		if ev.Relation != nil || ev.Values != nil {

@@ -3,10 +3,10 @@
 //
 // The names are a contract: dashboards and alerts (deploy/) depend on them.
 //
-//	cdc_outbox_events_total{topic}              counter   events acknowledged by Kafka
+//	cdc_outbox_events_total{topic,kind}         counter   events acknowledged by Kafka; kind row (an outbox row) or message (an outbox message)
 //	cdc_outbox_transactions_total               counter   transactions fully confirmed
-//	cdc_outbox_events_skipped_total{reason}     counter   changes not published: update, delete, truncate, other_table
-//	cdc_outbox_bad_events_total{action}         counter   bad events: failed (stopped the stream) or dead_lettered
+//	cdc_outbox_events_skipped_total{reason}     counter   changes not published: update, delete, truncate, other_table, other_prefix (a message of another prefix)
+//	cdc_outbox_bad_events_total{action,kind}    counter   bad events: failed (stopped the stream) or dead_lettered; kind row or message
 //	cdc_outbox_publish_errors_total             counter   produce errors, retried ones included
 //	cdc_outbox_timestamps_replaced_total        counter   records whose created_at was too far ahead for Kafka and that carry the produce time instead
 //	cdc_outbox_lag_seconds                      gauge     age by commit time of the oldest transaction not yet confirmed; 0 when none
@@ -76,7 +76,7 @@ type Sources struct {
 	Checkpoint          func() float64
 	SkippedTransactions func() float64
 	// Skipped counts the changes not published, by reason (the label
-	// values: update, delete, truncate, other_table).
+	// values: update, delete, truncate, other_table, other_prefix).
 	Skipped map[string]func() float64
 	// Ready says whether the streamer streams from PostgreSQL with Kafka
 	// reachable, and if not, what is missing.
@@ -94,7 +94,7 @@ var WALStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 // Metrics holds the metrics that are updated as things happen.
 type Metrics struct {
 	events          *prometheus.CounterVec
-	topics          sync.Map // topic → prometheus.Counter, so an ack costs no label hashing
+	topics          sync.Map // eventSeries → prometheus.Counter, so an ack costs no label hashing
 	badEvents       *prometheus.CounterVec
 	publishErrors   prometheus.Counter
 	tsReplaced      prometheus.Counter
@@ -130,11 +130,11 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
 		events: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "cdc_outbox_events_total", Help: "Events acknowledged by Kafka.",
-		}, []string{"topic"}),
+			Name: "cdc_outbox_events_total", Help: "Events acknowledged by Kafka, by topic and kind: row (an outbox row) or message (an outbox message).",
+		}, []string{"topic", "kind"}),
 		badEvents: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "cdc_outbox_bad_events_total", Help: "Events that could not be published: failed (stopped the stream) or dead_lettered.",
-		}, []string{"action"}),
+			Name: "cdc_outbox_bad_events_total", Help: "Events that could not be published: failed (stopped the stream) or dead_lettered; kind row or message.",
+		}, []string{"action", "kind"}),
 		publishErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "cdc_outbox_publish_errors_total", Help: "Errors producing to Kafka, including ones that were retried.",
 		}),
@@ -198,7 +198,8 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		m.slotWALStatus.WithLabelValues(s)
 	}
 	for _, a := range []string{"failed", "dead_lettered"} {
-		m.badEvents.WithLabelValues(a)
+		m.badEvents.WithLabelValues(a, "row")
+		m.badEvents.WithLabelValues(a, "message")
 	}
 	for _, o := range []string{"committed", "aborted"} {
 		m.kafkaTx.WithLabelValues(o)
@@ -305,11 +306,15 @@ func (m *Metrics) TxCommitted(_ int, took time.Duration) {
 // TxAborted records an aborted Kafka transaction (sink.TxObserver).
 func (m *Metrics) TxAborted() { m.kafkaTx.WithLabelValues("aborted").Inc() }
 
-// Acked records one event acknowledged by the broker.
-func (m *Metrics) Acked(topic string, commitUnixNano int64) {
-	c, ok := m.topics.Load(topic)
+// eventSeries keys the events counters.
+type eventSeries struct{ topic, kind string }
+
+// Acked records one event acknowledged by the broker; kind is row or
+// message.
+func (m *Metrics) Acked(topic, kind string, commitUnixNano int64) {
+	c, ok := m.topics.Load(eventSeries{topic, kind})
 	if !ok {
-		c, _ = m.topics.LoadOrStore(topic, m.events.WithLabelValues(topic))
+		c, _ = m.topics.LoadOrStore(eventSeries{topic, kind}, m.events.WithLabelValues(topic, kind))
 	}
 	c.(prometheus.Counter).Inc()
 	if commitUnixNano > 0 {
@@ -326,8 +331,8 @@ func (m *Metrics) Received(commitUnixNano int64) {
 }
 
 // Bad records a bad event and what was done with it: failed or
-// dead_lettered.
-func (m *Metrics) Bad(action string) { m.badEvents.WithLabelValues(action).Inc() }
+// dead_lettered; kind is row or message.
+func (m *Metrics) Bad(action, kind string) { m.badEvents.WithLabelValues(action, kind).Inc() }
 
 // TimestampReplaced records a record whose created_at was replaced by the
 // produce time.

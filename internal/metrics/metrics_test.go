@@ -33,7 +33,7 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 		Checkpoint:          fixed(1200),
 		SkippedTransactions: fixed(4),
 		Skipped: map[string]func() float64{
-			"update": fixed(0), "delete": fixed(5), "truncate": fixed(0), "other_table": fixed(0),
+			"update": fixed(0), "delete": fixed(5), "truncate": fixed(0), "other_table": fixed(0), "other_prefix": fixed(3),
 		},
 		Ready: func() (bool, string) {
 			if ready {
@@ -50,9 +50,10 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 // on: a renamed metric, a changed type or label breaks this test first.
 func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m, reg := newTestMetrics(t, true)
-	m.Acked("outbox.event.payment", time.Date(2026, 12, 1, 0, 0, 9, 996_000_000, time.UTC).UnixNano())
-	m.Acked("outbox.event.payment", 0)
-	m.Bad("dead_lettered")
+	m.Acked("outbox.event.payment", "row", time.Date(2026, 12, 1, 0, 0, 9, 996_000_000, time.UTC).UnixNano())
+	m.Acked("outbox.event.payment", "row", 0)
+	m.Acked("outbox.event.payment", "message", 0)
+	m.Bad("dead_lettered", "message")
 	m.TimestampReplaced()
 	m.LostHistory()
 	m.Slot(true, 4096, "extended")
@@ -67,10 +68,12 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	hooks[1].(kgo.HookProduceRecordUnbuffered).OnProduceRecordUnbuffered(&kgo.Record{}, io.EOF)
 
 	want := `
-# HELP cdc_outbox_bad_events_total Events that could not be published: failed (stopped the stream) or dead_lettered.
+# HELP cdc_outbox_bad_events_total Events that could not be published: failed (stopped the stream) or dead_lettered; kind row or message.
 # TYPE cdc_outbox_bad_events_total counter
-cdc_outbox_bad_events_total{action="dead_lettered"} 1
-cdc_outbox_bad_events_total{action="failed"} 0
+cdc_outbox_bad_events_total{action="dead_lettered",kind="message"} 1
+cdc_outbox_bad_events_total{action="dead_lettered",kind="row"} 0
+cdc_outbox_bad_events_total{action="failed",kind="message"} 0
+cdc_outbox_bad_events_total{action="failed",kind="row"} 0
 # HELP cdc_outbox_build_info Build of the running binary; always 1.
 # TYPE cdc_outbox_build_info gauge
 cdc_outbox_build_info{goversion="GOVERSION",revision="abc",version="v1.2.3"} 1
@@ -87,12 +90,14 @@ cdc_outbox_connected{target="postgres"} 1
 # HELP cdc_outbox_events_skipped_total Changes that were not published, by reason.
 # TYPE cdc_outbox_events_skipped_total counter
 cdc_outbox_events_skipped_total{reason="delete"} 5
+cdc_outbox_events_skipped_total{reason="other_prefix"} 3
 cdc_outbox_events_skipped_total{reason="other_table"} 0
 cdc_outbox_events_skipped_total{reason="truncate"} 0
 cdc_outbox_events_skipped_total{reason="update"} 0
-# HELP cdc_outbox_events_total Events acknowledged by Kafka.
+# HELP cdc_outbox_events_total Events acknowledged by Kafka, by topic and kind: row (an outbox row) or message (an outbox message).
 # TYPE cdc_outbox_events_total counter
-cdc_outbox_events_total{topic="outbox.event.payment"} 2
+cdc_outbox_events_total{kind="message",topic="outbox.event.payment"} 1
+cdc_outbox_events_total{kind="row",topic="outbox.event.payment"} 2
 # HELP cdc_outbox_inflight_bytes Estimated size of the records sent to Kafka and not yet acknowledged.
 # TYPE cdc_outbox_inflight_bytes gauge
 cdc_outbox_inflight_bytes 900

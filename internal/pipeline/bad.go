@@ -20,15 +20,35 @@ import (
 // the fix streams it again. Under dead-letter the raw row goes to the
 // dead-letter topic as part of its transaction, so the checkpoint passes it
 // only once the broker has the dead-letter record.
+//
+// A message's dead-letter record holds its content as it came.
 func (p *Pipeline) bad(ev *decoder.Event, be *BadEventError) error {
+	be.Message = ev.Kind == decoder.KindMessage
 	if p.cfg.OnBadEvent == Fail {
-		p.obs.Bad("failed")
+		kind := KindRow
+		if be.Message {
+			kind = KindMessage
+		}
+		p.obs.Bad("failed", kind)
 		return be
 	}
 	pd := p.newPending(be.LSN, ev.Relation)
-	p.deadLetterRecord(pd, be.EventID, be.LSN, p.deadLetterText(be), func(limit int) []byte { return rawRow(ev, limit) })
+	value := func(limit int) []byte { return rawRow(ev, limit) }
+	if ev.Kind == decoder.KindMessage {
+		value = func(limit int) []byte { return messageContent(ev.Content, limit) }
+	}
+	p.deadLetterRecord(pd, be.EventID, be.LSN, p.deadLetterText(be), value)
 	p.send(pd)
 	return nil
+}
+
+// messageContent is a message's content as it came, or, when it is longer
+// than limit, a JSON note of its size, as a long column value is noted.
+func messageContent(content []byte, limit int) []byte {
+	if len(content) > limit {
+		return marshal(map[string]int{"omitted_bytes": len(content)})
+	}
+	return append([]byte(nil), content...)
 }
 
 // deadLetterText is DeadLetterReason with the pipeline's Explain.
@@ -60,8 +80,14 @@ type deadLetter struct {
 // Config.MaxRecordBytes (JSON escaping can make a value several times
 // longer).
 func (p *Pipeline) deadLetterRecord(pd *pending, id string, lsn pglogrepl.LSN, reason string, value func(limit int) []byte) {
-	// The table as named when the row was written.
-	pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), pd.rel.Namespace+"."+pd.rel.Name, p.mapper.Source(), reason, p.cfg.MaxRecordBytes, value)
+	if pd.rel != nil {
+		// The table as named when the row was written.
+		pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), pd.rel.Namespace+"."+pd.rel.Name, p.mapper.Source(), reason, p.cfg.MaxRecordBytes, value)
+	} else {
+		// A message: its prefix instead of a table.
+		pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), "", p.mapper.Source(), reason, p.cfg.MaxRecordBytes-len(HeaderMessagePrefix)-len(p.cfg.MessagePrefix)-8, value)
+		pd.rec.Headers = append(pd.rec.Headers, kgo.RecordHeader{Key: HeaderMessagePrefix, Value: []byte(p.cfg.MessagePrefix)})
+	}
 	pd.size = RecordSize(&pd.rec)
 	if id == "" {
 		id = "(no id)"
@@ -70,9 +96,14 @@ func (p *Pipeline) deadLetterRecord(pd *pending, id string, lsn pglogrepl.LSN, r
 	pd.dead = &deadLetter{id: id, reason: reason}
 }
 
+// HeaderMessagePrefix is the header of a message's dead-letter record that
+// names the message's prefix, where a row's names its table.
+const HeaderMessagePrefix = "message_prefix"
+
 // DeadLetterRecord is the dead-letter record of event id: key the id,
 // headers id, error, lsn (where the row was in the WAL; none when lsn is
-// ""), source_table and source (when source is not nil), and the value
+// ""), source_table (when sourceTable is not "") and source (when source
+// is not nil), and the value
 // value(limit) encodes, where column values longer than limit are left
 // out; limit halves until the whole record, measured once encoded, fits
 // maxBytes (JSON escaping can make a value several times longer). reason
@@ -84,7 +115,9 @@ func DeadLetterRecord(topic, id, lsn, sourceTable string, source []byte, reason 
 	if lsn != "" {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "lsn", Value: []byte(lsn)})
 	}
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: "source_table", Value: []byte(sourceTable)})
+	if sourceTable != "" {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "source_table", Value: []byte(sourceTable)})
+	}
 	if source != nil {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: contract.HeaderSource, Value: source})
 	}

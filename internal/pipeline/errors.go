@@ -22,9 +22,13 @@ import (
 type BadEventError struct {
 	EventID string        // the row's event id text; "" when it has none
 	LSN     pglogrepl.LSN // where the row is in the WAL
+	// Message: the event came as an outbox message, which, unlike a row,
+	// nobody can correct: only the configuration or the policy gets the
+	// stream past it.
+	Message bool
 	// Err is why: a *mapping.BadEventError (the row breaks the mapping), a
-	// *TooLargeError, an *UnmappedError, or a *RefusedError (the broker
-	// refused the record on its own).
+	// *TooLargeError, an *UnmappedError, a *RefusedError (the broker
+	// refused the record on its own), or a *NonTransactionalError.
 	Err error
 }
 
@@ -72,6 +76,18 @@ type UnmappedError struct {
 
 func (e *UnmappedError) Error() string {
 	return fmt.Sprintf("the publication sent it from relation %s (OID %d), which cannot be mapped to the outbox table: %s", e.Relation, e.OID, e.Why)
+}
+
+// NonTransactionalError is an outbox message emitted with
+// pg_logical_emit_message(false, ...): PostgreSQL sends it even when its
+// transaction rolls back, so it cannot be an outbox event.
+type NonTransactionalError struct {
+	Prefix string
+}
+
+func (e *NonTransactionalError) Error() string {
+	return fmt.Sprintf("a non-transactional logical decoding message of prefix %q: PostgreSQL sends such a message even when its transaction rolls back, "+
+		"so it is never published as an event; emit outbox messages with pg_logical_emit_message(true, ...)", e.Prefix)
 }
 
 // recordRefused reports whether err is the broker's refusal of a record

@@ -43,6 +43,10 @@ type Config struct {
 	DeadLetterTopic   string
 	MaxInflightEvents int
 	MaxInflightBytes  int64
+	// MessagePrefix marks outbox messages (pg_logical_emit_message):
+	// those are published as events, messages of other prefixes passed
+	// over. Empty: every message is passed over.
+	MessagePrefix string
 	// MaxRecordBytes is the largest record the broker accepts
 	// (message.max.bytes); larger rows are bad events before they are sent.
 	MaxRecordBytes int
@@ -106,7 +110,10 @@ type Pipeline struct {
 	unmapped map[uint32]string
 
 	cols []mapping.Column // reused for every insert
-	tx   *checkpoint.Tx   // the open transaction, nil between Commit and Begin
+	// lone is set while a non-transactional message's dead-letter record
+	// is sent (replication goroutine only).
+	lone bool
+	tx   *checkpoint.Tx // the open transaction, nil between Commit and Begin
 	// commitTime of the open transaction, unix nanoseconds, and its xid.
 	commitTime int64
 	xid        uint32
@@ -154,17 +161,25 @@ type Pipeline struct {
 	obs Observer
 }
 
-// Observer is told what happens to events; metrics implement it.
+// What an event came as, for the Observer: an outbox row, or an outbox
+// message (pg_logical_emit_message).
+const (
+	KindRow     = "row"
+	KindMessage = "message"
+)
+
+// Observer is told what happens to events; metrics implement it. kind is
+// KindRow or KindMessage.
 type Observer interface {
 	// Acked: an event reached the broker; commitUnixNano is its
 	// transaction's commit time.
-	Acked(topic string, commitUnixNano int64)
+	Acked(topic, kind string, commitUnixNano int64)
 	// Received: a transaction that committed at commitUnixNano began to
 	// arrive.
 	Received(commitUnixNano int64)
 	// Bad: an event could not be published; action is failed or
 	// dead_lettered.
-	Bad(action string)
+	Bad(action, kind string)
 	// TimestampReplaced: an event's created_at was too far ahead for the
 	// broker, and the record carries the produce time instead.
 	TimestampReplaced()
@@ -176,11 +191,11 @@ type Observer interface {
 
 type noObserver struct{}
 
-func (noObserver) Acked(string, int64) {}
-func (noObserver) Received(int64)      {}
-func (noObserver) Bad(string)          {}
-func (noObserver) TimestampReplaced()  {}
-func (noObserver) LostHistory()        {}
+func (noObserver) Acked(string, string, int64) {}
+func (noObserver) Received(int64)              {}
+func (noObserver) Bad(string, string)          {}
+func (noObserver) TimestampReplaced()          {}
+func (noObserver) LostHistory()                {}
 
 // New builds a pipeline that produces to sink; obs may be nil.
 func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, obs Observer, log *slog.Logger) (*Pipeline, error) {
@@ -216,6 +231,9 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 		obs:      obs,
 	}
 	p.promise = p.ack
+	if cfg.MessagePrefix != "" {
+		p.dec.Messages(cfg.MessagePrefix)
+	}
 	if txp, ok := sink.(Transactional); ok {
 		p.txp = txp
 	}
@@ -249,7 +267,7 @@ type pending struct {
 	size            int64
 	commitTime      int64             // unix nanoseconds, for latency
 	seq             uint64            // production order
-	rel             *decoder.Relation // the row's relation, named in a dead-letter record
+	rel             *decoder.Relation // the row's relation, named in a dead-letter record; nil for a message
 	// dead is set when the record is a dead-letter record: what it sets
 	// aside, logged once the broker has it.
 	dead *deadLetter
@@ -259,6 +277,14 @@ type pending struct {
 	sent    *sentTx
 	sentSeq uint32
 	at      position
+}
+
+// kind is what the event came as, for the Observer.
+func (pd *pending) kind() string {
+	if pd.rel == nil {
+		return KindMessage
+	}
+	return KindRow
 }
 
 func (p *Pipeline) newPending(lsn pglogrepl.LSN, rel *decoder.Relation) *pending {
@@ -307,6 +333,22 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 			return p.unmappedInsert(lsn, ev)
 		}
 		return p.insert(lsn, ev)
+	case decoder.KindMessage:
+		if !ev.Transactional {
+			return p.loneMessage(lsn, ev)
+		}
+		if p.tx == nil {
+			return fmt.Errorf("transactional message at LSN %s outside a transaction: the stream is out of order", lsn)
+		}
+		if p.skipping {
+			return nil
+		}
+		// A change of its transaction like a row: sent again, it comes at
+		// the same place.
+		if p.txp == nil && p.resendChange(lsn) {
+			return nil // the broker has it, from the transaction's sending before
+		}
+		return p.message(lsn, ev)
 	case decoder.KindCommit:
 		if p.tx == nil {
 			return fmt.Errorf("commit at LSN %s without a begin: the stream is out of order", lsn)
@@ -409,15 +451,75 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 		}
 		return p.bad(ev, &BadEventError{EventID: me.EventID, LSN: lsn, Err: me})
 	}
+	return p.publish(lsn, ev, pd)
+}
+
+// message is an outbox message inside a transaction: the record a row of
+// its values would be, in its place among the transaction's rows.
+func (p *Pipeline) message(lsn pglogrepl.LSN, ev *decoder.Event) error {
+	pd := p.newPending(lsn, nil)
+	if err := p.mapper.MapMessage(ev.Content, p.cols, &pd.rec); err != nil {
+		var me *mapping.BadEventError
+		if !errors.As(err, &me) {
+			return fmt.Errorf("map the message at LSN %s: %w", lsn, err)
+		}
+		return p.bad(ev, &BadEventError{EventID: me.EventID, LSN: lsn, Err: me})
+	}
+	return p.publish(lsn, ev, pd)
+}
+
+// loneMessage is an outbox message emitted non-transactionally: PostgreSQL
+// writes it at once and sends it even if its transaction rolls back, so it
+// is no outbox event, whatever it says, and is a bad event. It comes
+// outside any transaction, at the end of its WAL record: under dead-letter
+// its dead-letter record makes a transaction of its own there, which the
+// checkpoint confirms once the broker has it; a restart from there does
+// not send the message again.
+func (p *Pipeline) loneMessage(lsn pglogrepl.LSN, ev *decoder.Event) error {
+	if p.tx != nil {
+		return fmt.Errorf("non-transactional message at LSN %s inside a transaction: the stream is out of order", lsn)
+	}
+	at := max(lsn, ev.MessageLSN)
+	if p.txp != nil && at <= p.through {
+		return nil // Kafka holds its dead-letter record
+	}
+	be := &BadEventError{EventID: mapping.MessageEventID(ev.Content), LSN: at, Err: &NonTransactionalError{Prefix: p.cfg.MessagePrefix}}
+	if p.cfg.OnBadEvent == Fail {
+		return p.bad(ev, be)
+	}
+	now := time.Now()
+	p.tx = p.ckpt.Begin(now)
+	p.commitTime = now.UnixNano()
+	// No transaction of the server's: nothing to remember for a sending
+	// again (resend.go); sent again, it is set aside again.
+	p.lone = true
+	_ = p.bad(ev, be) // under dead-letter: the record is sent, nil returned
+	p.lone = false
+	if p.txp != nil {
+		// No commit of the server's ends here: a checkpoint at this
+		// position names none, so a later start cannot verify it and skips
+		// nothing (a repeat, never a loss).
+		p.txp.Boundary(at, 0, time.Time{})
+		p.through = max(p.through, at)
+		p.open.Store(0)
+		p.openBytes.Store(0)
+	}
+	p.ckpt.Commit(p.tx, at)
+	p.tx = nil
+	return nil
+}
+
+// publish sends pd, mapped from ev, after the checks every record passes.
+func (p *Pipeline) publish(lsn pglogrepl.LSN, ev *decoder.Event, pd *pending) error {
 	if ts := pd.rec.Timestamp; ts.After(time.Now().Add(MaxTimestampAhead)) {
 		p.obs.TimestampReplaced()
 		p.log.Warn("created_at is too far ahead for Kafka, which refuses timestamps more than an hour ahead by default: the record carries the produce time instead. Check the writer's clock, or whether the column is timestamp without time zone written in local time",
-			"event_id", p.mapper.EventID(p.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
+			"event_id", eventID(&pd.rec), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
 		pd.rec.Timestamp = time.Time{}
 	}
 	pd.size = RecordSize(&pd.rec)
 	if int(pd.size) > p.cfg.MaxRecordBytes {
-		return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
+		return p.bad(ev, &BadEventError{EventID: eventID(&pd.rec), LSN: lsn,
 			Err: &TooLargeError{Size: pd.size, Limit: p.cfg.MaxRecordBytes}})
 	}
 	p.send(pd)
@@ -454,7 +556,7 @@ func (p *Pipeline) send(pd *pending) {
 	if pd.size == 0 {
 		pd.size = RecordSize(&pd.rec)
 	}
-	if p.txp == nil {
+	if p.txp == nil && !p.lone {
 		p.resendSent(pd)
 	}
 	// Set last: the mapping fills the record whole.
@@ -482,7 +584,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 		// confirmed, so the next start sends it again: not a bad event.
 	case pd.dead != nil:
 		// Nowhere left to put the event.
-		p.obs.Bad("failed")
+		p.obs.Bad("failed", pd.kind())
 		p.fail(&DeadLetterError{EventID: pd.dead.id, LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, DeadLetter: true, Err: err}})
 	case recordRefused(err):
 		p.refused(pd, err)
@@ -490,7 +592,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 		// The cluster refuses (authorization, a topic that does not
 		// exist): every record would fail alike. The transaction never
 		// completes, so the confirmed position stays before it; stop.
-		p.obs.Bad("failed")
+		p.obs.Bad("failed", pd.kind())
 		p.fail(&ProduceError{EventID: eventID(r), LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, Err: err}})
 	}
 }
@@ -501,10 +603,10 @@ func (p *Pipeline) acked(pd *pending) {
 		p.ackedWhileIsolating(pd)
 	}
 	if pd.dead != nil {
-		p.obs.Bad("dead_lettered")
+		p.obs.Bad("dead_lettered", pd.kind())
 		p.log.Warn("bad event sent to the dead-letter topic", "event_id", pd.dead.id, "lsn", pd.lsn, "topic", pd.rec.Topic, "error", pd.dead.reason)
 	}
-	p.obs.Acked(pd.rec.Topic, pd.commitTime)
+	p.obs.Acked(pd.rec.Topic, pd.kind(), pd.commitTime)
 	if pd.sent != nil {
 		pd.sent.acked(pd.sentSeq, pd.at)
 	}

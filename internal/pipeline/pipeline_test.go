@@ -200,17 +200,18 @@ func TestLostDiscardsTheOpenTransaction(t *testing.T) {
 // countingObserver counts what the pipeline reports.
 type countingObserver struct {
 	acked, replaced, lost int
-	bad                   map[string]int
+	bad                   map[string]int // by action
+	kinds                 map[string]int // acked and bad, by kind
 }
 
-func (o *countingObserver) Acked(string, int64) { o.acked++ }
-func (o *countingObserver) Received(int64)      {}
-func (o *countingObserver) Bad(action string)   { o.bad[action]++ }
-func (o *countingObserver) TimestampReplaced()  { o.replaced++ }
-func (o *countingObserver) LostHistory()        { o.lost++ }
+func (o *countingObserver) Acked(_, kind string, _ int64) { o.acked++; o.kinds[kind]++ }
+func (o *countingObserver) Received(int64)                {}
+func (o *countingObserver) Bad(action, kind string)       { o.bad[action]++; o.kinds[kind]++ }
+func (o *countingObserver) TimestampReplaced()            { o.replaced++ }
+func (o *countingObserver) LostHistory()                  { o.lost++ }
 
 func observe(p *Pipeline) *countingObserver {
-	o := &countingObserver{bad: map[string]int{}}
+	o := &countingObserver{bad: map[string]int{}, kinds: map[string]int{}}
 	p.obs = o
 	return o
 }

@@ -46,7 +46,7 @@ func (p *Pipeline) refused(pd *pending, err error) {
 	p.alone = nil
 	id := eventID(&pd.rec)
 	if p.cfg.OnBadEvent == Fail {
-		p.obs.Bad("failed")
+		p.obs.Bad("failed", pd.kind())
 		p.fail(&BadEventError{EventID: id, LSN: pd.lsn, Err: &RefusedError{Topic: pd.rec.Topic, Err: err}})
 		return
 	}

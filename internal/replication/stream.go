@@ -238,7 +238,10 @@ func (s *Stream) session(ctx context.Context) error {
 	}
 	if v := conn.ParameterStatus("server_version"); serverMajor(v) >= 14 {
 		// Logical decoding messages (pg_logical_emit_message) arrive in the
-		// stream; the decoder passes over them.
+		// stream (protocol version 1 has them from PostgreSQL 14, a
+		// transactional one between its transaction's Begin and Commit, a
+		// non-transactional one on its own): the outbox prefix's are events,
+		// the others are passed over.
 		args = append(args, "messages 'true'")
 	}
 	err = pglogrepl.StartReplication(setupCtx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})

@@ -8,8 +8,12 @@
 // not publish. The topic template and Kafka's topic rules are the other half
 // of the contract, in package topic.
 //
-// The package is pure: constants and a check, nothing outside the standard
-// library, so the streamer and the libraries services import share it.
+// An outbox message (pg_logical_emit_message) carries the same event in an
+// envelope (message.go): package outbox writes it, the streamer reads it.
+//
+// The package is pure: constants, checks and the envelope's encoding,
+// nothing outside the standard library, so the streamer and the libraries
+// services import share it.
 package contract
 
 // DefaultTable is the outbox table, as schema.table, that
