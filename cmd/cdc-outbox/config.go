@@ -43,8 +43,11 @@ type runConfig struct {
 	KafkaSASLPassword     string
 	KafkaSASLPasswordFile string
 
-	Mapping         mapping.Config
-	Source          string // --source; "" until run resolves the default
+	Mapping mapping.Config
+	Source  string // --source; "" until run resolves the default
+	// Outboxes is the configuration file's outboxes list; when it is
+	// set, --table is not read.
+	Outboxes        []outboxEntry
 	OnBadEvent      string
 	DeadLetterTopic string
 
@@ -74,7 +77,7 @@ func runFlags(c *runConfig) *flags {
 	f := newFlags("cdc-outbox run", "Stream inserts of a PostgreSQL outbox table to Kafka through logical replication.\n"+
 		"A WAL position is confirmed to PostgreSQL only after Kafka acknowledged every event up to it.")
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
-	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
+	f.String(&c.Table, "table", contract.DefaultTable, runTableHelp)
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
 	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")
@@ -172,6 +175,11 @@ func logFlags(f *flags, c *runConfig) {
 const tableHelp = "outbox `table`: schema.table, or table in schema public; read as PostgreSQL reads a name, so unquoted parts are folded to lower case " +
 	"and a part in double quotes is taken as it is (\"Billing\".\"Outbox Events\")"
 
+// runTableHelp is run's --table's, which takes several outboxes.
+const runTableHelp = "outbox `tables`, comma-separated: schema.table, table in schema public, or a pattern whose unquoted parts may hold * " +
+	"(*.outbox, tenant_*.outbox), all streamed over one slot and publication; read as PostgreSQL reads a name, so unquoted parts are folded to lower case " +
+	"and a part in double quotes is taken as it is (\"Billing\".\"Outbox Events\")"
+
 // outboxTable is --table parsed; validation has checked that it parses.
 func outboxTable(table string) pgname.Name {
 	n, _ := pgname.Parse(table)
@@ -204,6 +212,9 @@ func (p *problems) table(url, table string) {
 	p.check(err == nil, "--postgres-url: %v", redact(err))
 	_, err = pgname.Parse(table)
 	p.check(err == nil, "--table %q: %v", table, err)
+	if ps, lerr := pgname.ParseList(table); err == nil && lerr == nil {
+		p.check(len(ps) == 1 && !ps[0].IsGlob(), "--table %q: name one table here; a list or a pattern is run's", table)
+	}
 }
 
 // validate checks every limit in one place, at start, with messages that
@@ -211,7 +222,11 @@ func (p *problems) table(url, table string) {
 func (c *runConfig) validate() error {
 	var p problems
 	check := p.check
-	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
+	_, err := pgconn.ParseConfig(c.PostgresURL)
+	check(err == nil, "--postgres-url: %v", redact(err))
+	c.validateOutboxes(&p)
+	check(c.Publication != "", "--publication is empty")
+	check(slotName.MatchString(c.Slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", c.Slot)
 	c.validateOutput(&p)
 	check(c.CPUs >= 0, "--cpus %d: must be 0 (Go's default) or positive", c.CPUs)
 	check(c.MaxInflightBytes > 0, "--max-inflight-bytes %d: must be positive", c.MaxInflightBytes)

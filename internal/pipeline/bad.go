@@ -23,6 +23,9 @@ import (
 func (p *Pipeline) bad(ev *decoder.Event, be *BadEventError) error {
 	if p.cfg.OnBadEvent == Fail {
 		p.obs.Bad("failed")
+		if o := p.reg.byRel[ev.Relation.ID]; o != nil {
+			o.failed.Add(1)
+		}
 		return be
 	}
 	pd := p.newPending(be.LSN, ev.Relation)
@@ -60,8 +63,13 @@ type deadLetter struct {
 // Config.MaxRecordBytes (JSON escaping can make a value several times
 // longer).
 func (p *Pipeline) deadLetterRecord(pd *pending, id string, lsn pglogrepl.LSN, reason string, value func(limit int) []byte) {
-	// The table as named when the row was written.
-	pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), pd.rel.Namespace+"."+pd.rel.Name, p.mapper.Source(), reason, p.cfg.MaxRecordBytes, value)
+	// The table as named when the row was written, and its outbox's
+	// source (the first outbox's for a row no outbox can be told for).
+	source := p.mapper.Source()
+	if pd.outbox != nil {
+		source = pd.outbox.mapper.Source()
+	}
+	pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), pd.rel.Namespace+"."+pd.rel.Name, source, reason, p.cfg.MaxRecordBytes, value)
 	pd.size = RecordSize(&pd.rec)
 	if id == "" {
 		id = "(no id)"

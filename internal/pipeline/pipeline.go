@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,11 @@ const (
 
 // Config is the pipeline's share of the streamer's configuration.
 type Config struct {
+	// Mapping is the outbox's mapping; Outboxes, when set, are several
+	// outboxes' instead, in the catalog's order of entries (decoder.Outbox
+	// Entry). An empty Source is the table's identity.
 	Mapping           mapping.Config
+	Outboxes          []mapping.Config
 	OnBadEvent        string // Fail or DeadLetter
 	DeadLetterTopic   string
 	MaxInflightEvents int
@@ -60,7 +65,7 @@ type Config struct {
 // mapped and what to do. An error wrapping replication.ErrCatalog makes the
 // stream read the transaction again on a new connection.
 type Catalog interface {
-	Classify(rel *decoder.Relation) (role decoder.Role, why string, err error)
+	Classify(rel *decoder.Relation) (role decoder.Role, outbox decoder.Outbox, why string, err error)
 }
 
 // Producer is the sink as the pipeline sees it: franz-go's Produce. It
@@ -94,6 +99,9 @@ type Pipeline struct {
 	cfg     Config
 	dec     *decoder.Decoder
 	catalog Catalog
+	reg     *registry
+	// mapper is the first outbox's, which names the event of a row no
+	// outbox can be told for (its id column is the likeliest).
 	mapper  *mapping.Mapper
 	ckpt    *checkpoint.Tracker
 	sink    Producer
@@ -104,7 +112,8 @@ type Pipeline struct {
 	// unmapped says, for each relation the catalog could not map, why.
 	unmapped map[uint32]string
 
-	cols []mapping.Column // reused for every insert
+	cols []mapping.Column // reused for every unmapped insert, in mapper's order
+	idx  []int            // mapper's columns in the decoder's
 	tx   *checkpoint.Tx   // the open transaction, nil between Commit and Begin
 	// commitTime of the open transaction, unix nanoseconds.
 	commitTime int64
@@ -166,7 +175,15 @@ func (noObserver) TimestampReplaced()  {}
 
 // New builds a pipeline that produces to sink; obs may be nil.
 func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, obs Observer, log *slog.Logger) (*Pipeline, error) {
-	m, err := mapping.New(cfg.Mapping)
+	entries := cfg.Outboxes
+	if len(entries) == 0 {
+		entries = []mapping.Config{cfg.Mapping}
+	}
+	reg, err := newRegistry(entries)
+	if err != nil {
+		return nil, err
+	}
+	m, err := mapping.New(entries[0])
 	if err != nil {
 		return nil, err
 	}
@@ -182,22 +199,25 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 	if obs == nil {
 		obs = noObserver{}
 	}
-	wanted := m.Columns()
 	p := &Pipeline{
 		cfg:      cfg,
-		dec:      decoder.New(wanted),
+		dec:      decoder.New(reg.wanted),
 		catalog:  catalog,
+		reg:      reg,
 		mapper:   m,
 		ckpt:     ckpt,
 		sink:     sink,
 		log:      log.With("component", "pipeline"),
 		unmapped: make(map[uint32]string),
-		cols:     make([]mapping.Column, len(wanted)),
+		cols:     make([]mapping.Column, len(m.Columns())),
 		room:     make(chan struct{}, 1),
 		failed:   make(chan error, 1),
 		obs:      obs,
 	}
 	p.promise = p.ack
+	for _, c := range m.Columns() {
+		p.idx = append(p.idx, slices.Index(reg.wanted, c))
+	}
 	if txp, ok := sink.(Transactional); ok {
 		p.txp = txp
 	}
@@ -232,13 +252,14 @@ type pending struct {
 	commitTime      int64             // unix nanoseconds, for latency
 	seq             uint64            // production order
 	rel             *decoder.Relation // the row's relation, named in a dead-letter record
+	outbox          *outbox           // the row's outbox; nil when none can be told
 	// dead is set when the record is a dead-letter record: what it sets
 	// aside, logged once the broker has it.
 	dead *deadLetter
 }
 
 func (p *Pipeline) newPending(lsn pglogrepl.LSN, rel *decoder.Relation) *pending {
-	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn, rel: rel}
+	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn, rel: rel, outbox: p.reg.byRel[rel.ID]}
 }
 
 // WAL handles one pgoutput message that starts at lsn.
@@ -306,9 +327,21 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 func (p *Pipeline) relation(ev *decoder.Event) error {
 	rel, prev := ev.Relation, ev.Replaced
 	if rel.Role != decoder.RoleOutbox {
-		role, why, err := p.catalog.Classify(rel)
+		role, ob, why, err := p.catalog.Classify(rel)
 		if err != nil {
 			return fmt.Errorf("relation %s.%s (OID %d): %w", rel.Namespace, rel.Name, rel.ID, err)
+		}
+		var isNew bool
+		if role == decoder.RoleOutbox {
+			// Registered before the role is assigned: an insert of a
+			// relation with RoleOutbox always finds its outbox.
+			var o *outbox
+			if o, isNew, err = p.reg.add(rel.ID, ob); err != nil {
+				return fmt.Errorf("relation %s.%s (OID %d): %w", rel.Namespace, rel.Name, rel.ID, err)
+			}
+			if isNew && o.OID == rel.ID {
+				p.log.Info("streaming a new outbox table", "table", o.Table(), "oid", o.OID, "source", o.source)
+			}
 		}
 		was := rel.Role
 		rel = p.dec.Assign(rel.ID, role)
@@ -336,7 +369,7 @@ func (p *Pipeline) relation(ev *decoder.Event) error {
 // confirmed position cannot pass it unless it reached the dead-letter topic.
 func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	rel := ev.Relation
-	p.fill(ev)
+	fill(ev, rel, p.idx, p.cols)
 	why, ok := p.unmapped[rel.ID]
 	if !ok {
 		why = "it was never looked up in the catalog" // cannot happen: every Relation message is
@@ -345,22 +378,29 @@ func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 		Err: &UnmappedError{Relation: rel.Namespace + "." + rel.Name, OID: rel.ID, Why: why}})
 }
 
-// fill puts an insert's wanted values into p.cols.
-func (p *Pipeline) fill(ev *decoder.Event) {
-	rel := ev.Relation
-	for i, v := range ev.Values {
-		c := &p.cols[i]
+// fill puts an insert's values of the columns idx picks from the decoder's
+// into cols.
+func fill(ev *decoder.Event, rel *decoder.Relation, idx []int, cols []mapping.Column) {
+	for i, w := range idx {
+		v := ev.Values[w]
+		c := &cols[i]
 		c.Data, c.Null, c.Missing, c.TypeOID = v.Data, v.Null(), v.Missing(), 0
-		if j := rel.Wanted[i]; j >= 0 {
+		if j := rel.Wanted[w]; j >= 0 {
 			c.TypeOID = rel.Columns[j].TypeOID
 		}
 	}
 }
 
 func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
-	p.fill(ev)
 	pd := p.newPending(lsn, ev.Relation)
-	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
+	o := pd.outbox
+	if o == nil {
+		// Cannot happen: a relation is given RoleOutbox only once its
+		// outbox is registered.
+		return fmt.Errorf("insert at LSN %s into relation %s.%s (OID %d), an outbox's whose outbox is not registered", lsn, ev.Relation.Namespace, ev.Relation.Name, ev.Relation.ID)
+	}
+	fill(ev, ev.Relation, o.idx, o.cols)
+	if err := o.mapper.Map(o.cols, &pd.rec); err != nil {
 		var me *mapping.BadEventError
 		if !errors.As(err, &me) {
 			return fmt.Errorf("map the row at LSN %s: %w", lsn, err)
@@ -370,12 +410,12 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	if ts := pd.rec.Timestamp; ts.After(time.Now().Add(MaxTimestampAhead)) {
 		p.obs.TimestampReplaced()
 		p.log.Warn("created_at is too far ahead for Kafka, which refuses timestamps more than an hour ahead by default: the record carries the produce time instead. Check the writer's clock, or whether the column is timestamp without time zone written in local time",
-			"event_id", p.mapper.EventID(p.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
+			"event_id", o.mapper.EventID(o.cols), "lsn", lsn, "created_at", ts, "max_ahead", MaxTimestampAhead.String())
 		pd.rec.Timestamp = time.Time{}
 	}
 	pd.size = RecordSize(&pd.rec)
 	if int(pd.size) > p.cfg.MaxRecordBytes {
-		return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
+		return p.bad(ev, &BadEventError{EventID: o.mapper.EventID(o.cols), LSN: lsn,
 			Err: &TooLargeError{Size: pd.size, Limit: p.cfg.MaxRecordBytes}})
 	}
 	p.send(pd)
@@ -438,6 +478,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 	case pd.dead != nil:
 		// Nowhere left to put the event.
 		p.obs.Bad("failed")
+		pd.countFailed()
 		p.fail(&DeadLetterError{EventID: pd.dead.id, LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, DeadLetter: true, Err: err}})
 	case recordRefused(err):
 		p.refused(pd, err)
@@ -446,6 +487,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 		// exist): every record would fail alike. The transaction never
 		// completes, so the confirmed position stays before it; stop.
 		p.obs.Bad("failed")
+		pd.countFailed()
 		p.fail(&ProduceError{EventID: eventID(r), LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, Err: err}})
 	}
 }
@@ -454,6 +496,12 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 func (p *Pipeline) acked(pd *pending) {
 	if p.isolating.Load() {
 		p.ackedWhileIsolating(pd)
+	}
+	if o := pd.outbox; o != nil && pd.dead != nil {
+		o.deadLettered.Add(1)
+	} else if o != nil {
+		o.events.Add(1)
+		o.last.Store(pd.commitTime)
 	}
 	if pd.dead != nil {
 		p.obs.Bad("dead_lettered")
@@ -464,6 +512,13 @@ func (p *Pipeline) acked(pd *pending) {
 	p.inflight.Add(-1)
 	p.inflightBytes.Add(-pd.size)
 	p.wake()
+}
+
+// countFailed counts a record that stopped the stream as its outbox's.
+func (pd *pending) countFailed() {
+	if pd.outbox != nil {
+		pd.outbox.failed.Add(1)
+	}
 }
 
 // wake tells a paused stream to ask Full again.

@@ -1,0 +1,366 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+)
+
+// Many outboxes in one stream: schemas each with an outbox table of their
+// own (and their own id sequence, so ids repeat across tables), streamed by
+// one cdc-outbox over one slot and one publication. Events are told apart by
+// their source header (each table's identity) and id.
+
+// tenants is a set of outbox tables and what was committed to them.
+type tenants struct {
+	e      *env
+	mu     sync.Mutex
+	events []tenantEvent
+	seq    map[string]int // by aggregate
+}
+
+// tenantEvent is one committed event of a tenant's outbox.
+type tenantEvent struct {
+	table     string // schema.table
+	id        string
+	aggregate string
+	seq       int
+}
+
+func newTenants(e *env) *tenants { return &tenants{e: e, seq: map[string]int{}} }
+
+// tenantOutbox is the DDL of an outbox table name (schema-qualified, in a
+// schema that exists) shaped like the default one.
+func tenantOutbox(name string) string {
+	return `CREATE TABLE ` + name + ` (id bigserial PRIMARY KEY, aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+		event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb, created_at timestamptz NOT NULL DEFAULT now())`
+}
+
+// create makes n schemas <prefix>00.. each with an outbox table, and
+// returns the tables' names.
+func (ts *tenants) create(prefix string, n int) []string {
+	var tables, ddl []string
+	for i := range n {
+		schema := fmt.Sprintf("%s%02d", prefix, i)
+		tables = append(tables, schema+".outbox")
+		ddl = append(ddl, "CREATE SCHEMA "+schema, tenantOutbox(schema+".outbox"))
+	}
+	testenv.Exec(ts.e.t, ts.e.url, strings.Join(ddl, "; "))
+	return tables
+}
+
+// write commits n events into table in transactions of txSize, over 5
+// aggregates of its own.
+func (ts *tenants) write(ctx context.Context, table string, n, txSize int) error {
+	for done := 0; done < n; {
+		tx, err := ts.e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		var batch []tenantEvent
+		for i := 0; i < txSize && done+i < n; i++ {
+			agg := fmt.Sprintf("%s-a%d", table, (done+i)%5)
+			ts.mu.Lock()
+			ts.seq[agg]++
+			seq := ts.seq[agg]
+			ts.mu.Unlock()
+			var id int64
+			err := tx.QueryRow(ctx, `INSERT INTO `+table+` (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', $1, 'PaymentCreated', $2) RETURNING id`,
+				agg, fmt.Sprintf(`{"seq": %d}`, seq)).Scan(&id)
+			if err != nil {
+				_ = tx.Rollback(ctx)
+				return fmt.Errorf("%s: %w", table, err)
+			}
+			batch = append(batch, tenantEvent{table: table, id: strconv.FormatInt(id, 10), aggregate: agg, seq: seq})
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("%s: %w", table, err)
+		}
+		done += len(batch)
+		ts.mu.Lock()
+		ts.events = append(ts.events, batch...)
+		ts.mu.Unlock()
+	}
+	return nil
+}
+
+// writeAll writes n events into each table from a writer of its own and
+// returns the wait for them, which fails the test on a writer's error.
+func (ts *tenants) writeAll(ctx context.Context, tables []string, n, txSize int) (wait func()) {
+	errs := make(chan error, len(tables))
+	for _, table := range tables {
+		go func() { errs <- ts.write(ctx, table, n, txSize) }()
+	}
+	return func() {
+		ts.e.t.Helper()
+		for range tables {
+			if err := <-errs; err != nil {
+				ts.e.t.Fatalf("writer: %v", err)
+			}
+		}
+	}
+}
+
+// sources is each table's default source, "<system identifier>/<database
+// OID>/<table OID>", by source.
+func (ts *tenants) sources(tables []string) map[string]string {
+	out := map[string]string{}
+	for _, table := range tables {
+		var s string
+		err := ts.e.pool.QueryRow(testenv.Context(ts.e.t), `SELECT (SELECT system_identifier FROM pg_control_system())::text
+			|| '/' || (SELECT oid FROM pg_database WHERE datname = current_database())::text || '/' || $1::regclass::oid::text`, table).Scan(&s)
+		if err != nil {
+			ts.e.t.Fatal(err)
+		}
+		out[s] = table
+	}
+	return out
+}
+
+// tenantVerdict is what the verifier found, over every table.
+type tenantVerdict struct {
+	expected, missing, duplicates, orderViolations, unknown int
+	tables                                                  int // distinct tables the records came from
+	missingIDs                                              []string
+	records                                                 map[string]int // records by source/id
+}
+
+func (v tenantVerdict) String() string {
+	return fmt.Sprintf("expected=%d missing=%d duplicates=%d order_violations=%d unknown_source=%d tables=%d",
+		v.expected, v.missing, v.duplicates, v.orderViolations, v.unknown, v.tables)
+}
+
+// verify reads topic until every committed event of the tables (by source)
+// arrived or timeout, checking per-aggregate order of first deliveries.
+func (ts *tenants) verify(topic string, sources map[string]string, timeout time.Duration, opts ...kgo.Opt) tenantVerdict {
+	t := ts.e.t
+	t.Helper()
+	ts.mu.Lock()
+	want := map[string]tenantEvent{} // by table/id
+	for _, ev := range ts.events {
+		want[ev.table+"/"+ev.id] = ev
+	}
+	ts.mu.Unlock()
+	cl := testenv.KafkaClient(t, append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.AllowAutoTopicCreation(), kgo.MetadataMinAge(250 * time.Millisecond)}, opts...)...)
+	v := tenantVerdict{expected: len(want), records: map[string]int{}}
+	seen, lastSeq, tables := 0, map[string]int{}, map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for seen < len(want) && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			table, ok := sources[header(r, "source")]
+			if !ok {
+				v.unknown++
+				return
+			}
+			tables[table] = true
+			key := table + "/" + header(r, "id")
+			v.records[key]++
+			if v.records[key] > 1 {
+				v.duplicates++
+				return
+			}
+			if _, ok := want[key]; ok {
+				seen++
+			}
+			var body struct{ Seq int }
+			_ = json.Unmarshal(r.Value, &body)
+			if agg := string(r.Key); body.Seq <= lastSeq[agg] {
+				v.orderViolations++
+			} else {
+				lastSeq[agg] = body.Seq
+			}
+		})
+	}
+	for key := range want {
+		if v.records[key] == 0 {
+			v.missing++
+			if len(v.missingIDs) < 20 {
+				v.missingIDs = append(v.missingIDs, key)
+			}
+		}
+	}
+	v.tables = len(tables)
+	return v
+}
+
+// manyArgs are the flags of a stream of the outboxes pattern over a
+// publication of the test's own, which cdc-outbox creates.
+func (e *env) manyArgs(pattern string, extra ...string) []string {
+	return append([]string{"--table", pattern, "--publication", e.slot}, extra...)
+}
+
+// waitConfirmedPast waits until the slot confirmed lsn: the restarted
+// stream has made progress (a SIGKILL then interrupts real work).
+func (e *env) waitConfirmedPast(lsn int64) {
+	e.t.Helper()
+	eventually(e.t, 2*time.Minute, "the slot to confirm progress", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return confirmed >= lsn
+	})
+}
+
+// TestManyOutboxesOneSlot: 20 schemas, each with an outbox and a writer,
+// streamed by one cdc-outbox through --table '*.outbox', SIGKILLed three
+// times while they write: every event of every table arrives, in order per
+// aggregate, each with its own table's source.
+func TestManyOutboxesOneSlot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox`) // only the tenants' outboxes match
+	ts := newTenants(e)
+	tables := ts.create("mo_", 20)
+	s := e.start(e.manyArgs("*.outbox")...)
+	e.waitStreaming()
+	ctx := testenv.Context(t)
+	wait := ts.writeAll(ctx, tables, 300, 5)
+	for range 3 {
+		e.waitConfirmedPast(e.currentLSN())
+		s.kill()
+		s = e.start(e.manyArgs("*.outbox")...)
+	}
+	wait()
+	v := ts.verify(e.topic("payment"), ts.sources(tables), 3*time.Minute)
+	t.Logf("verifier across 20 outboxes and 3 SIGKILLs: %s", v)
+	if v.missing != 0 || v.orderViolations != 0 || v.unknown != 0 || v.tables != len(tables) {
+		t.Fatalf("verifier: %s; missing: %v", v, v.missingIDs)
+	}
+	eventually(t, time.Minute, "the start line to count 20 tables", func() bool { return s.logged(`"msg":"starting"`, `"tables":20`) })
+	s.stop()
+}
+
+// TestOutboxDroppedMidStream: of three outboxes in one stream, one is
+// dropped while the others are written: the stream goes on, its rows
+// committed before the drop arrive, and so does every row of the others.
+func TestOutboxDroppedMidStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox`)
+	ts := newTenants(e)
+	tables := ts.create("dr_", 3)
+	sources := ts.sources(tables) // before the drop: the OID goes with it
+	s := e.start(e.manyArgs("dr_*.outbox")...)
+	e.waitStreaming()
+	ctx := testenv.Context(t)
+	if err := ts.write(ctx, tables[0], 50, 5); err != nil {
+		t.Fatal(err)
+	}
+	wait := ts.writeAll(ctx, tables[1:], 100, 5)
+	testenv.Exec(t, e.url, `DROP TABLE `+tables[0])
+	wait()
+	v := ts.verify(e.topic("payment"), sources, 2*time.Minute)
+	t.Logf("verifier with one of three outboxes dropped: %s", v)
+	if v.missing != 0 || v.orderViolations != 0 || v.unknown != 0 {
+		t.Fatalf("verifier: %s; missing: %v", v, v.missingIDs)
+	}
+	eventually(t, time.Minute, "the monitor to log the dropped table", func() bool {
+		return s.logged(`an outbox table was dropped`, tables[0])
+	})
+	s.stop()
+}
+
+// TestManyOutboxesBadRow: a row breaking the contract in one of two
+// outboxes. Under fail the stream stops naming its table and event, and
+// confirms nothing past it; under dead-letter the row goes to the
+// dead-letter topic with its own table's source, and the events of both
+// tables after it arrive.
+func TestManyOutboxesBadRow(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"fail", "dead-letter"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			testenv.Exec(t, e.url, `DROP TABLE public.outbox`)
+			ts := newTenants(e)
+			tables := ts.create("bad_", 2)
+			sources := ts.sources(tables)
+			dlq := e.prefix + ".dead-letter"
+			s := e.start(e.manyArgs("bad_*.outbox", "--on-bad-event", policy, "--dead-letter-topic", dlq)...)
+			e.waitStreaming()
+			ctx := testenv.Context(t)
+			if err := ts.write(ctx, tables[0], 10, 5); err != nil {
+				t.Fatal(err)
+			}
+			// The bad row: its aggregate type makes no valid topic name.
+			var id string
+			if err := e.pool.QueryRow(ctx, `INSERT INTO `+tables[1]+` (aggregate_type, aggregate_id, event_type, payload)
+				VALUES ('bad/topic', 'x', 'PaymentCreated', '{}') RETURNING id::text`).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			after := e.currentLSN()
+			if policy == "fail" {
+				if err := s.exited(60 * time.Second); err == nil {
+					t.Fatal("the streamer exited 0 after a bad event under fail")
+				}
+				log := strings.ReplaceAll(s.logText(), `\"`, `"`)
+				if !strings.Contains(log, "bad event "+id+" at LSN ") {
+					t.Fatalf("the error lacks event %s and its LSN:\n%s", id, log)
+				}
+				e.waitSlotInactive()
+				if confirmed, _ := e.slotLSNs(); confirmed >= after {
+					t.Fatalf("the slot confirmed %d, past the bad event (WAL at %d after it)", confirmed, after)
+				}
+				return
+			}
+			wait := ts.writeAll(ctx, tables, 20, 5)
+			wait()
+			v := ts.verify(e.topic("payment"), sources, 2*time.Minute)
+			t.Logf("verifier with a bad row in one of two outboxes (dead-letter): %s", v)
+			if v.missing != 0 || v.unknown != 0 {
+				t.Fatalf("verifier: %s; missing: %v", v, v.missingIDs)
+			}
+			cl := testenv.KafkaClient(t, kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			fetches := cl.PollRecords(pctx, 1)
+			if err := fetches.Err(); err != nil {
+				t.Fatalf("read the dead-letter topic: %v", err)
+			}
+			r := fetches.Records()[0]
+			if header(r, "id") != id || sources[header(r, "source")] != tables[1] || header(r, "source_table") != tables[1] {
+				t.Fatalf("dead-letter record: id %q source %q (%s) source_table %q; want id %s of %s",
+					header(r, "id"), header(r, "source"), sources[header(r, "source")], header(r, "source_table"), id, tables[1])
+			}
+			s.stop()
+		})
+	}
+}
+
+// TestExactlyOnceManyOutboxes: exactly-once delivery of five outboxes in
+// one stream, one transactional producer and one checkpoint, SIGKILLed
+// twice while they are written: read_committed, every event arrives once.
+func TestExactlyOnceManyOutboxes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox`)
+	ts := newTenants(e)
+	tables := ts.create("eo_", 5)
+	args := e.manyArgs("eo_*.outbox", exactlyOnce...)
+	args = append(args, "--checkpoint-topic", e.prefix+".checkpoints")
+	s := e.start(args...)
+	e.waitStreaming()
+	ctx := testenv.Context(t)
+	wait := ts.writeAll(ctx, tables, 200, 5)
+	for range 2 {
+		e.waitConfirmedPast(e.currentLSN())
+		s.kill()
+		s = e.start(args...)
+	}
+	wait()
+	v := ts.verify(e.topic("payment"), ts.sources(tables), 3*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	t.Logf("read_committed verifier across 5 outboxes and 2 SIGKILLs: %s", v)
+	if v.missing != 0 || v.duplicates != 0 || v.orderViolations != 0 || v.unknown != 0 {
+		t.Fatalf("exactly-once broken: %s; missing: %v", v, v.missingIDs)
+	}
+	s.stop()
+}

@@ -1,0 +1,160 @@
+package pipeline
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
+	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+)
+
+// registry is the outboxes of one stream: which relation's inserts are
+// which outbox's, and each outbox's mapping (columns, topic template,
+// source). The catalog says which table a relation belongs to; the
+// registry builds that table's mapper from its configured entry the first
+// time, so every outbox, found at start or created since, is mapped the
+// same way. The position and the bad-event policy are the stream's, not an
+// outbox's.
+//
+// The decoder reads one list of columns for every relation (wanted): the
+// union of every entry's, and each outbox picks its own from it (idx).
+type registry struct {
+	entries []mapping.Config
+	wanted  []string
+	byRel   map[uint32]*outbox // by relation id: the table and its partitions (replication goroutine only)
+
+	mu      sync.Mutex         // guards byTable's shape, read by Outboxes from any goroutine
+	byTable map[uint32]*outbox // by the outbox table's OID
+}
+
+// outbox is one outbox table of the stream.
+type outbox struct {
+	decoder.Outbox
+	source string
+	mapper *mapping.Mapper
+	idx    []int            // for each of mapper.Columns(), its index in registry.wanted
+	cols   []mapping.Column // reused for every insert (replication goroutine only)
+
+	events       atomic.Uint64 // acknowledged by the broker
+	deadLettered atomic.Uint64
+	failed       atomic.Uint64
+	last         atomic.Int64 // commit time of the last acknowledged event, unix nanoseconds
+}
+
+// newRegistry checks every entry's mapping and makes the decoder's column
+// list. An entry's empty Source is the table's identity, once known.
+func newRegistry(entries []mapping.Config) (*registry, error) {
+	r := &registry{entries: entries, byRel: map[uint32]*outbox{}, byTable: map[uint32]*outbox{}}
+	for i, e := range entries {
+		m, err := mapping.New(e)
+		if err != nil {
+			return nil, fmt.Errorf("outbox %d: %w", i+1, err)
+		}
+		for _, c := range m.Columns() {
+			if !slices.Contains(r.wanted, c) {
+				r.wanted = append(r.wanted, c)
+			}
+		}
+	}
+	return r, nil
+}
+
+// add makes rel's inserts o's, building the outbox the first time its table
+// is seen.
+func (r *registry) add(rel uint32, o decoder.Outbox) (*outbox, bool, error) {
+	if o.OID == 0 {
+		o.OID = rel
+	}
+	r.mu.Lock()
+	ob, ok := r.byTable[o.OID]
+	r.mu.Unlock()
+	if !ok {
+		if o.Entry < 0 || o.Entry >= len(r.entries) {
+			return nil, false, fmt.Errorf("table %s is outbox %d of %d configured", o.Table(), o.Entry+1, len(r.entries))
+		}
+		cfg := r.entries[o.Entry]
+		if cfg.Source == "" {
+			cfg.Source = o.Identity
+		}
+		m, err := mapping.New(cfg)
+		if err != nil {
+			return nil, false, fmt.Errorf("outbox table %s: %w", o.Table(), err)
+		}
+		ob = &outbox{Outbox: o, source: cfg.Source, mapper: m}
+		for _, c := range m.Columns() {
+			ob.idx = append(ob.idx, slices.Index(r.wanted, c))
+		}
+		ob.cols = make([]mapping.Column, len(ob.idx))
+		r.mu.Lock()
+		r.byTable[o.OID] = ob
+		r.mu.Unlock()
+	}
+	r.byRel[rel] = ob
+	return ob, !ok, nil
+}
+
+// OutboxStats is what the stream did for one outbox table.
+type OutboxStats struct {
+	Table  string // schema.name when it was found
+	OID    uint32
+	Source string
+	Events uint64 // acknowledged by the broker
+	Bad    map[string]uint64
+	Last   time.Time // commit time of the last acknowledged event; zero before the first
+}
+
+// Outboxes lists the outbox tables the stream has seen, by table name; safe
+// from any goroutine.
+func (p *Pipeline) Outboxes() []OutboxStats {
+	p.reg.mu.Lock()
+	obs := make([]*outbox, 0, len(p.reg.byTable))
+	for _, o := range p.reg.byTable {
+		obs = append(obs, o)
+	}
+	p.reg.mu.Unlock()
+	out := make([]OutboxStats, 0, len(obs))
+	for _, o := range obs {
+		s := OutboxStats{Table: o.Table(), OID: o.OID, Source: o.source, Events: o.events.Load(),
+			Bad: map[string]uint64{"dead_lettered": o.deadLettered.Load(), "failed": o.failed.Load()}}
+		if n := o.last.Load(); n != 0 {
+			s.Last = time.Unix(0, n).UTC()
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b OutboxStats) int {
+		if a.Table < b.Table {
+			return -1
+		}
+		if a.Table > b.Table {
+			return 1
+		}
+		return int(a.OID) - int(b.OID)
+	})
+	return out
+}
+
+// Known registers, before streaming, the outbox tables the catalog found at
+// start, so that they are listed (and counted) before their first row.
+func (p *Pipeline) Known(outboxes []decoder.Outbox) error {
+	for _, o := range outboxes {
+		p.reg.mu.Lock()
+		_, ok := p.reg.byTable[o.OID]
+		p.reg.mu.Unlock()
+		if ok {
+			continue
+		}
+		// Relation ids are table OIDs: the table's own inserts arrive
+		// under it (a partition's under the partition, mapped when its
+		// Relation message comes).
+		if _, _, err := p.reg.add(o.OID, o); err != nil {
+			return err
+		}
+		// Assigned only once its Relation message comes: the catalog
+		// decides each relation the stream describes.
+		delete(p.reg.byRel, o.OID)
+	}
+	return nil
+}
