@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -361,6 +363,84 @@ func TestExactlyOnceManyOutboxes(t *testing.T) {
 	t.Logf("read_committed verifier across 5 outboxes and 2 SIGKILLs: %s", v)
 	if v.missing != 0 || v.duplicates != 0 || v.orderViolations != 0 || v.unknown != 0 {
 		t.Fatalf("exactly-once broken: %s; missing: %v", v, v.missingIDs)
+	}
+	s.stop()
+}
+
+// TestOutboxesFromConfigFile: two outboxes of different shapes in one
+// stream, from the configuration file's outboxes list: each row is mapped
+// by its own table's columns and topic template, with its own source.
+func TestOutboxesFromConfigFile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox; CREATE SCHEMA billing; CREATE SCHEMA tenant_a;
+		CREATE TABLE billing.outbox (event_id bigserial PRIMARY KEY, kind text NOT NULL, entity text NOT NULL, name text NOT NULL, body jsonb NOT NULL);
+		`+tenantOutbox("tenant_a.outbox"))
+	config := filepath.Join(t.TempDir(), "cdc-outbox.yaml")
+	err := os.WriteFile(config, []byte(`
+outboxes:
+  - table: billing.outbox
+    topic: "`+e.prefix+`.billing.{name}"
+    column-id: event_id
+    column-aggregate-type: kind
+    column-aggregate-id: entity
+    column-event-type: name
+    column-payload: body
+    source: billing
+  - table: 'tenant_*.outbox'
+    topic: "`+e.prefix+`.tenants.{aggregate_type}"
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --topic (from the harness) is the default of neither: each entry
+	// sets its own.
+	s := e.start("--config", config, "--publication", e.slot)
+	e.waitStreaming()
+	ctx := testenv.Context(t)
+	const n = 50
+	for i := range n {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO billing.outbox (kind, entity, name, body) VALUES ('invoice', $1, 'InvoicePaid', $2)`,
+			fmt.Sprintf("inv-%d", i%7), fmt.Sprintf(`{"n": %d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts := newTenants(e)
+	if err := ts.write(ctx, "tenant_a.outbox", n, 5); err != nil {
+		t.Fatal(err)
+	}
+	tenantSource := ""
+	for src := range ts.sources([]string{"tenant_a.outbox"}) {
+		tenantSource = src
+	}
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(e.prefix+".billing.InvoicePaid", e.prefix+".tenants.payment"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AllowAutoTopicCreation(), kgo.MetadataMinAge(250*time.Millisecond))
+	byTopic := map[string]map[string]*kgo.Record{}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for len(byTopic[e.prefix+".billing.InvoicePaid"])+len(byTopic[e.prefix+".tenants.payment"]) < 2*n && rctx.Err() == nil {
+		cl.PollFetches(rctx).EachRecord(func(r *kgo.Record) {
+			if byTopic[r.Topic] == nil {
+				byTopic[r.Topic] = map[string]*kgo.Record{}
+			}
+			byTopic[r.Topic][header(r, "id")] = r
+		})
+	}
+	billing, tenants := byTopic[e.prefix+".billing.InvoicePaid"], byTopic[e.prefix+".tenants.payment"]
+	t.Logf("billing.outbox: %d of %d events, tenant_a.outbox: %d of %d", len(billing), n, len(tenants), n)
+	if len(billing) != n || len(tenants) != n {
+		t.Fatalf("billing.outbox: %d events, tenant_a.outbox: %d; want %d each", len(billing), len(tenants), n)
+	}
+	for id, r := range billing {
+		if header(r, "source") != "billing" || header(r, "event_type") != "InvoicePaid" || header(r, "aggregate_type") != "invoice" ||
+			!strings.HasPrefix(string(r.Key), "inv-") || !strings.HasPrefix(string(r.Value), `{"n": `) {
+			t.Fatalf("billing event %s: key %q value %q headers %v", id, r.Key, r.Value, r.Headers)
+		}
+	}
+	for id, r := range tenants {
+		if header(r, "source") != tenantSource || header(r, "event_type") != "PaymentCreated" {
+			t.Fatalf("tenant event %s: source %q (want %q), headers %v", id, header(r, "source"), tenantSource, r.Headers)
+		}
 	}
 	s.stop()
 }

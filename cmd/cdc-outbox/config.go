@@ -88,6 +88,7 @@ func runFlags(c *runConfig) *flags {
 
 	kafkaFlags(f, c)
 	mappingFlags(f, c)
+	f.outboxes = &c.Outboxes
 
 	deliveryFlags(f, c)
 	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<slot>")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
@@ -62,6 +63,7 @@ func (c *runConfig) validateOutboxes(p *problems) {
 			e.where, m.Source, e.pattern)
 		p.check(validSource(m.Source), "%s: source %q: give 1 to 255 bytes of printable UTF-8, or leave it out for the default", e.where, m.Source)
 	}
+	p.check(c.Table == contract.DefaultTable, "--table %q with the configuration file's outboxes list: name the tables in one place, the list", c.Table)
 	p.check(c.Source == "" || len(c.Outboxes) == 1 && !c.Outboxes[0].pattern.IsGlob(),
 		"--source %q with the configuration file's outboxes list: each table needs a source of its own; give it in its entry", c.Source)
 }
