@@ -444,3 +444,89 @@ outboxes:
 	}
 	s.stop()
 }
+
+// TestNewTenantJoinsUnderLoad: with sql/outbox-membership.sql installed and
+// the pattern registered, a new tenant's schema and outbox, created while
+// three others are written, joins the publication in its creating
+// transaction: the rows written in that transaction and right after all
+// arrive, with the new table's own source, and nothing warns of a gap.
+func TestNewTenantJoinsUnderLoad(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox`)
+	applySQLFiles(t, e.url, "../sql/outbox-membership.sql", "../sql/outbox-membership.sql") // twice: safe
+	ts := newTenants(e)
+	tables := ts.create("nt_", 3)
+	s := e.start(e.manyArgs("nt_*.outbox", "--slot-poll-interval", "1s")...)
+	e.waitStreaming()
+	testenv.Exec(t, e.url, `SELECT cdc_outbox.watch($1, 'nt_*', 'outbox')`, e.slot)
+	ctx := testenv.Context(t)
+	wait := ts.writeAll(ctx, tables, 300, 5)
+
+	// The new tenant: schema, table and its first rows in one transaction.
+	const newTable = "nt_new.outbox"
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE SCHEMA nt_new; `+tenantOutbox(newTable)); err != nil {
+		t.Fatal(err)
+	}
+	var first []tenantEvent
+	for i := range 10 {
+		var id int64
+		agg := newTable + "-a0"
+		if err := tx.QueryRow(ctx, `INSERT INTO `+newTable+` (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', $1, 'PaymentCreated', $2) RETURNING id`,
+			agg, fmt.Sprintf(`{"seq": %d}`, i+1)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, tenantEvent{table: newTable, id: strconv.FormatInt(id, 10), aggregate: agg, seq: i + 1})
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts.mu.Lock()
+	ts.events = append(ts.events, first...)
+	ts.seq[newTable+"-a0"] = 10
+	ts.mu.Unlock()
+	// And right after, beside the others' writers.
+	if err := ts.write(ctx, newTable, 100, 5); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	v := ts.verify(e.topic("payment"), ts.sources(append(tables, newTable)), 3*time.Minute)
+	t.Logf("verifier with a tenant created under load (10 rows in its creating transaction, 100 after): %s", v)
+	if v.missing != 0 || v.orderViolations != 0 || v.unknown != 0 || v.tables != 4 {
+		t.Fatalf("verifier: %s; missing: %v", v, v.missingIDs)
+	}
+	if !s.logged(`"msg":"streaming a new outbox table"`, `"table":"nt_new.outbox"`) {
+		t.Error("the log does not show the new outbox table")
+	}
+	if s.logged(`not in the publication`, newTable) {
+		t.Error("a gap was reported for the new table, which joined the publication in its creating transaction")
+	}
+	s.stop()
+}
+
+// TestNewTableGapDetected: without the membership trigger, a table that
+// matches the pattern and is not in the publication is a warning naming
+// it and cdc_outbox_outboxes_unpublished 1, until it is added.
+func TestNewTableGapDetected(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox`)
+	ts := newTenants(e)
+	ts.create("gap_", 1)
+	s := e.start(e.manyArgs("gap_*.outbox", "--slot-poll-interval", "1s")...)
+	e.waitStreaming()
+	addr := s.httpAddr()
+	testenv.Exec(t, e.url, `CREATE SCHEMA gap_new; `+tenantOutbox("gap_new.outbox"))
+	eventually(t, time.Minute, "a warning and the metric for the unpublished table", func() bool {
+		return s.logged(`"level":"WARN"`, `not in the publication`, `"table":"gap_new.outbox"`) && scrape(t, addr)["cdc_outbox_outboxes_unpublished"] == 1
+	})
+	testenv.Exec(t, e.url, `ALTER PUBLICATION `+e.slot+` ADD TABLE gap_new.outbox`)
+	eventually(t, time.Minute, "cdc_outbox_outboxes_unpublished 0 once the table is added", func() bool {
+		return scrape(t, addr)["cdc_outbox_outboxes_unpublished"] == 0
+	})
+	s.stop()
+}
