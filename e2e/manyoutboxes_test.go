@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -238,6 +239,34 @@ func TestManyOutboxesOneSlot(t *testing.T) {
 		t.Fatalf("verifier: %s; missing: %v", v, v.missingIDs)
 	}
 	eventually(t, time.Minute, "the start line to count 20 tables", func() bool { return s.logged(`"msg":"starting"`, `"tables":20`) })
+
+	// status lists every outbox, with the shared slot; the running
+	// streamer's metrics say what it streamed of each since its start.
+	metricsURL := "http://" + s.httpAddr() + "/metrics"
+	var r struct {
+		Verdict  string `json:"verdict"`
+		Slot     string `json:"slot"`
+		Active   bool   `json:"active"`
+		Outboxes []struct {
+			Table          string `json:"table"`
+			InPublication  bool   `json:"in_publication"`
+			EventsStreamed int64  `json:"events_streamed"`
+		} `json:"outboxes"`
+	}
+	eventually(t, time.Minute, "status to list 20 outboxes in the publication", func() bool {
+		out, _ := exec.Command(binary, "status", "--json", "--postgres-url", e.url, "--slot", e.slot, "--publication", e.slot,
+			"--table", "*.outbox", "--metrics-url", metricsURL).Output()
+		if err := json.Unmarshal(out, &r); err != nil || len(r.Outboxes) != 20 || !r.Active {
+			return false
+		}
+		for _, o := range r.Outboxes {
+			if !o.InPublication || o.EventsStreamed < 0 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("status: verdict %s, slot %s active %v, %d outboxes", r.Verdict, r.Slot, r.Active, len(r.Outboxes))
 	s.stop()
 }
 

@@ -204,6 +204,9 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err := p.Known(found); err != nil {
 		return err
 	}
+	if err := checkContracts(ctx, catalog, specs, found, log); err != nil {
+		return err
+	}
 	if txp != nil {
 		// The committer stops after the stream, which drains through it.
 		// Its failure (fenced, a refused record) stops the stream, whether
@@ -454,6 +457,26 @@ func logPrepared(log *slog.Logger, slot string, p replication.Prepared) {
 	if p.Slot == replication.SlotRecreated {
 		log.Warn("re-created the replication slot (--recreate-slot): changes committed before it are not streamed", "slot", slot, "lsn", p.Start)
 	}
+}
+
+// checkContracts warns of each outbox table found at start that lacks a
+// required column: its rows are bad events until it has them. (A table that
+// appears later is checked when the stream first describes it.)
+func checkContracts(ctx context.Context, catalog *replication.Catalog, specs []outboxSpec, found []decoder.Outbox, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, o := range found {
+		required := catalogOutboxes(specs)[o.Entry].Required
+		missing, err := catalog.MissingColumns(ctx, o.OID, required)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			log.Warn("an outbox table lacks required columns: each of its rows is a bad event until they are there (see the column flags or the configuration file's outboxes list)",
+				"table", o.Table(), "missing", missing)
+		}
+	}
+	return nil
 }
 
 // catalogTimeout bounds one catalog lookup from the replication loop, which

@@ -21,6 +21,12 @@ import (
 // dead-letter topic as part of its transaction, so the checkpoint passes it
 // only once the broker has the dead-letter record.
 func (p *Pipeline) bad(ev *decoder.Event, be *BadEventError) error {
+	if be.Table == "" {
+		be.Table = ev.Relation.Namespace + "." + ev.Relation.Name
+		if o := p.reg.byRel[ev.Relation.ID]; o != nil {
+			be.Table = o.Table()
+		}
+	}
 	if p.cfg.OnBadEvent == Fail {
 		p.obs.Bad("failed")
 		if o := p.reg.byRel[ev.Relation.ID]; o != nil {

@@ -22,6 +22,9 @@ import (
 type BadEventError struct {
 	EventID string        // the row's event id text; "" when it has none
 	LSN     pglogrepl.LSN // where the row is in the WAL
+	// Table is the outbox table the row is of, or the relation it was
+	// written to when no outbox can be told; "" when unknown.
+	Table string
 	// Err is why: a *mapping.BadEventError (the row breaks the mapping), a
 	// *TooLargeError, an *UnmappedError, or a *RefusedError (the broker
 	// refused the record on its own).
@@ -32,6 +35,9 @@ func (e *BadEventError) Error() string {
 	id := e.EventID
 	if id == "" {
 		id = "(no id)"
+	}
+	if e.Table != "" {
+		return fmt.Sprintf("bad event %s at LSN %s in table %s: %s", id, e.LSN, e.Table, cause(e.Err))
 	}
 	return fmt.Sprintf("bad event %s at LSN %s: %s", id, e.LSN, cause(e.Err))
 }

@@ -96,6 +96,31 @@ func (r *registry) add(rel uint32, o decoder.Outbox) (*outbox, bool, error) {
 	return ob, !ok, nil
 }
 
+// required names the columns every row of outbox entry i has, and what each
+// is for.
+func (r *registry) required(i int) (names, roles []string) {
+	c := r.entries[i]
+	return []string{c.IDColumn, c.AggregateTypeColumn, c.AggregateIDColumn, c.EventTypeColumn, c.PayloadColumn},
+		[]string{"event id", "aggregate type", "aggregate id", "event type", "payload"}
+}
+
+// checkContract warns when the outbox relation rel, as the stream describes
+// it, lacks a required column: each of its rows is then a bad event (the
+// policy applies), and the operator hears of it before the first one.
+func (p *Pipeline) checkContract(rel *decoder.Relation, o *outbox) {
+	names, roles := p.reg.required(o.Entry)
+	var missing []string
+	for i, n := range names {
+		if !slices.ContainsFunc(rel.Columns, func(c decoder.Column) bool { return c.Name == n }) {
+			missing = append(missing, fmt.Sprintf("%q (the %s column)", n, roles[i]))
+		}
+	}
+	if len(missing) > 0 {
+		p.log.Warn("an outbox table lacks required columns: each of its rows is a bad event until they are there",
+			"table", o.Table(), "relation", rel.Namespace+"."+rel.Name, "missing", missing)
+	}
+}
+
 // OutboxStats is what the stream did for one outbox table.
 type OutboxStats struct {
 	Table  string // schema.name when it was found

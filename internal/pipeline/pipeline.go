@@ -357,6 +357,9 @@ func (p *Pipeline) relation(ev *decoder.Event) error {
 				"relation", rel.Namespace+"."+rel.Name, "oid", rel.ID, "is", why)
 		}
 	}
+	if o := p.reg.byRel[rel.ID]; rel.Role == decoder.RoleOutbox && o != nil {
+		p.checkContract(rel, o)
+	}
 	if rel.Role == decoder.RoleOutbox && prev != nil && (prev.Namespace != rel.Namespace || prev.Name != rel.Name) {
 		p.log.Info("a relation of the outbox was renamed or moved; streaming goes on: cdc-outbox follows the relation, not its name",
 			"oid", rel.ID, "from", prev.Namespace+"."+prev.Name, "to", rel.Namespace+"."+rel.Name)

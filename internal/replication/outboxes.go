@@ -388,3 +388,21 @@ func StreamIdentity(ctx context.Context, url string, ps []pgname.Pattern) (strin
 	}
 	return prefix + strings.Join(names, ","), nil
 }
+
+// MissingColumns are those of names that table oid lacks now (dropped
+// columns aside), in the order given.
+func (c *Catalog) MissingColumns(ctx context.Context, oid uint32, names []string) ([]string, error) {
+	if c.conn == nil || c.conn.IsClosed() {
+		if err := c.connect(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rows, _ := c.conn.Query(ctx, `SELECT n FROM unnest($2::text[]) WITH ORDINALITY AS u(n, i)
+		WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = $1::oid AND a.attname = u.n AND a.attnum > 0 AND NOT a.attisdropped)
+		ORDER BY i`, oid, names)
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of table OID %d: %w", oid, err)
+	}
+	return missing, nil
+}
