@@ -280,7 +280,7 @@ func TestOutboxDroppedMidStream(t *testing.T) {
 	ts := newTenants(e)
 	tables := ts.create("dr_", 3)
 	sources := ts.sources(tables) // before the drop: the OID goes with it
-	s := e.start(e.manyArgs("dr_*.outbox")...)
+	s := e.start(e.manyArgs("dr_*.outbox", "--slot-poll-interval", "1s")...)
 	e.waitStreaming()
 	ctx := testenv.Context(t)
 	if err := ts.write(ctx, tables[0], 50, 5); err != nil {
@@ -334,8 +334,8 @@ func TestManyOutboxesBadRow(t *testing.T) {
 					t.Fatal("the streamer exited 0 after a bad event under fail")
 				}
 				log := strings.ReplaceAll(s.logText(), `\"`, `"`)
-				if !strings.Contains(log, "bad event "+id+" at LSN ") {
-					t.Fatalf("the error lacks event %s and its LSN:\n%s", id, log)
+				if !strings.Contains(log, "bad event "+id+" at LSN ") || !strings.Contains(log, " in table "+tables[1]+": ") {
+					t.Fatalf("the error lacks event %s, its LSN or its table %s:\n%s", id, tables[1], log)
 				}
 				e.waitSlotInactive()
 				if confirmed, _ := e.slotLSNs(); confirmed >= after {

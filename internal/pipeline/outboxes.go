@@ -63,37 +63,47 @@ func newRegistry(entries []mapping.Config) (*registry, error) {
 }
 
 // add makes rel's inserts o's, building the outbox the first time its table
-// is seen.
-func (r *registry) add(rel uint32, o decoder.Outbox) (*outbox, bool, error) {
+// is seen; isNew says it was.
+func (r *registry) add(rel uint32, o decoder.Outbox) (ob *outbox, isNew bool, err error) {
 	if o.OID == 0 {
 		o.OID = rel
 	}
+	if ob, isNew, err = r.table(o); err != nil {
+		return nil, false, err
+	}
+	r.byRel[rel] = ob
+	return ob, isNew, nil
+}
+
+// table is the outbox of table o, built from its configured entry the
+// first time.
+func (r *registry) table(o decoder.Outbox) (*outbox, bool, error) {
 	r.mu.Lock()
 	ob, ok := r.byTable[o.OID]
 	r.mu.Unlock()
-	if !ok {
-		if o.Entry < 0 || o.Entry >= len(r.entries) {
-			return nil, false, fmt.Errorf("table %s is outbox %d of %d configured", o.Table(), o.Entry+1, len(r.entries))
-		}
-		cfg := r.entries[o.Entry]
-		if cfg.Source == "" {
-			cfg.Source = o.Identity
-		}
-		m, err := mapping.New(cfg)
-		if err != nil {
-			return nil, false, fmt.Errorf("outbox table %s: %w", o.Table(), err)
-		}
-		ob = &outbox{Outbox: o, source: cfg.Source, mapper: m}
-		for _, c := range m.Columns() {
-			ob.idx = append(ob.idx, slices.Index(r.wanted, c))
-		}
-		ob.cols = make([]mapping.Column, len(ob.idx))
-		r.mu.Lock()
-		r.byTable[o.OID] = ob
-		r.mu.Unlock()
+	if ok {
+		return ob, false, nil
 	}
-	r.byRel[rel] = ob
-	return ob, !ok, nil
+	if o.Entry < 0 || o.Entry >= len(r.entries) {
+		return nil, false, fmt.Errorf("table %s is outbox %d of %d configured", o.Table(), o.Entry+1, len(r.entries))
+	}
+	cfg := r.entries[o.Entry]
+	if cfg.Source == "" {
+		cfg.Source = o.Identity
+	}
+	m, err := mapping.New(cfg)
+	if err != nil {
+		return nil, false, fmt.Errorf("outbox table %s: %w", o.Table(), err)
+	}
+	ob = &outbox{Outbox: o, source: cfg.Source, mapper: m}
+	for _, c := range m.Columns() {
+		ob.idx = append(ob.idx, slices.Index(r.wanted, c))
+	}
+	ob.cols = make([]mapping.Column, len(ob.idx))
+	r.mu.Lock()
+	r.byTable[o.OID] = ob
+	r.mu.Unlock()
+	return ob, true, nil
 }
 
 // required names the columns every row of outbox entry i has, and what each
@@ -162,24 +172,14 @@ func (p *Pipeline) Outboxes() []OutboxStats {
 }
 
 // Known registers, before streaming, the outbox tables the catalog found at
-// start, so that they are listed (and counted) before their first row.
+// start, so that they are listed (and counted) before their first row. Their
+// relations are mapped only once the stream describes them: the catalog
+// decides each relation the stream sends.
 func (p *Pipeline) Known(outboxes []decoder.Outbox) error {
 	for _, o := range outboxes {
-		p.reg.mu.Lock()
-		_, ok := p.reg.byTable[o.OID]
-		p.reg.mu.Unlock()
-		if ok {
-			continue
-		}
-		// Relation ids are table OIDs: the table's own inserts arrive
-		// under it (a partition's under the partition, mapped when its
-		// Relation message comes).
-		if _, _, err := p.reg.add(o.OID, o); err != nil {
+		if _, _, err := p.reg.table(o); err != nil {
 			return err
 		}
-		// Assigned only once its Relation message comes: the catalog
-		// decides each relation the stream describes.
-		delete(p.reg.byRel, o.OID)
 	}
 	return nil
 }
