@@ -559,3 +559,38 @@ func TestNewTableGapDetected(t *testing.T) {
 	})
 	s.stop()
 }
+
+// TestMembershipTriggerFollowsRenames: the membership trigger adds a table
+// renamed or moved into a registered pattern, leaves partitions to their
+// table, and lets a member be altered again.
+func TestMembershipTriggerFollowsRenames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	applySQLFiles(t, e.url, "../sql/outbox-membership.sql")
+	testenv.Exec(t, e.url, `CREATE PUBLICATION mt_pub WITH (publish = 'insert'); SELECT cdc_outbox.watch('mt_pub', 'mt_*', 'outbox')`)
+	published := func() []string {
+		return e.ids(`SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'mt_pub' ORDER BY 1`)
+	}
+	testenv.Exec(t, e.url, `CREATE SCHEMA mt_a; CREATE SCHEMA other; CREATE TABLE mt_a.staging (id int); CREATE TABLE other.outbox (id int)`)
+	if got := published(); len(got) != 0 {
+		t.Fatalf("tables matching no pattern were published: %v", got)
+	}
+	testenv.Exec(t, e.url, `ALTER TABLE mt_a.staging RENAME TO outbox`)
+	if got := published(); len(got) != 1 || got[0] != "mt_a.outbox" {
+		t.Fatalf("after the rename: %v, want [mt_a.outbox]", got)
+	}
+	testenv.Exec(t, e.url, `CREATE SCHEMA mt_b; ALTER TABLE other.outbox SET SCHEMA mt_b`)
+	testenv.Exec(t, e.url, `ALTER TABLE mt_a.outbox ADD COLUMN note text`) // a member altered again
+	testenv.Exec(t, e.url, `CREATE SCHEMA mt_c; CREATE TABLE mt_c.outbox (id int) PARTITION BY RANGE (id);
+		CREATE TABLE mt_c.outbox_1 PARTITION OF mt_c.outbox FOR VALUES FROM (0) TO (100)`)
+	got := published()
+	want := []string{"mt_a.outbox", "mt_b.outbox", "mt_c.outbox_1"} // a partition is listed for its table (publish_via_partition_root off)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("published %v, want %v", got, want)
+	}
+	direct := e.ids(`SELECT c.relname::text FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid JOIN pg_class c ON c.oid = pr.prrelid
+		WHERE p.pubname = 'mt_pub' AND c.relnamespace = 'mt_c'::regnamespace`)
+	if len(direct) != 1 || direct[0] != "outbox" {
+		t.Fatalf("members of schema mt_c: %v, want only its partitioned table", direct)
+	}
+}
