@@ -3,8 +3,10 @@
 // their acknowledgements reported to the checkpoint.
 //
 // It owns the per-event decisions: which transaction a record belongs to,
-// which relations are the outbox (asking the catalog about each relation the
-// stream describes that is not yet known as the outbox), what happens to a
+// which relations are an outbox's and which outbox's (asking the catalog
+// about each relation the stream describes that is not yet known as an
+// outbox's, and keeping the answer in the registry of the stream's outboxes,
+// outboxes.go, with each one's mapping and source), what happens to a
 // bad event (stop, or dead-letter by explicit policy), and how much may be
 // in flight before reading pauses. It must never drop an
 // event silently, never let the checkpoint pass an event that went nowhere,

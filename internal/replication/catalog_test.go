@@ -194,3 +194,25 @@ func TestCoverageProblem(t *testing.T) {
 		}
 	}
 }
+
+// TestCreatePublication: one publication lists every outbox table, via the
+// partition root when one is partitioned, and none yet for a pattern that
+// matches nothing.
+func TestCreatePublication(t *testing.T) {
+	table := func(schema, name string, partitioned bool) Table {
+		return Table{Relation: Relation{Name: pgname.Name{Schema: schema, Relation: name}}, Partitioned: partitioned}
+	}
+	for _, tc := range []struct {
+		tables []Table
+		want   string
+	}{
+		{[]Table{table("public", "outbox", false)}, `CREATE PUBLICATION "p" FOR TABLE "public"."outbox" WITH (publish = 'insert')`},
+		{[]Table{table("a", "outbox", false), table("B", "outbox", true)},
+			`CREATE PUBLICATION "p" FOR TABLE "a"."outbox", "B"."outbox" WITH (publish = 'insert', publish_via_partition_root = true)`},
+		{nil, `CREATE PUBLICATION "p" WITH (publish = 'insert')`},
+	} {
+		if got := createPublication("p", tc.tables); got != tc.want {
+			t.Errorf("createPublication: %s\nwant %s", got, tc.want)
+		}
+	}
+}

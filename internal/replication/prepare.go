@@ -152,14 +152,32 @@ func createPublication(publication string, ts []Table) string {
 	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)", pgname.Quote(publication), strings.Join(names, ", "), options)
 }
 
+// describeNames joins up to ten names; more are counted.
+func describeNames(names []string) string {
+	if len(names) > 10 {
+		return strings.Join(names[:10], ", ") + fmt.Sprintf(" and %d more", len(names)-10)
+	}
+	return strings.Join(names, ", ")
+}
+
 func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, found []OutboxTable, log *slog.Logger) error {
 	var ts []Table
+	var logged []OutboxTable
 	for _, t := range found {
-		if t.Unlogged {
+		switch {
+		case t.Unlogged && s.Outboxes[t.Entry].IsGlob():
+			// One tenant's table is no reason to stop the others; the
+			// monitor says it again until it is fixed.
+			log.Warn("a table matching an outbox pattern is UNLOGGED: its rows are not written to the WAL, so they cannot be streamed",
+				"problem", unloggedError(t.Table).Error(), "table", t.Name.String(), "pattern", s.Outboxes[t.Entry].String())
+			continue
+		case t.Unlogged:
 			return unloggedError(t.Table)
 		}
 		ts = append(ts, t.Table)
+		logged = append(logged, t)
 	}
+	found = logged
 	pub := pgname.Quote(s.Publication)
 	create := createPublication(s.Publication, ts)
 	var first pgname.Name // named in errors about the publication
@@ -174,9 +192,15 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, found []Ou
 		if _, err := conn.Exec(ctx, create); err != nil {
 			return fmt.Errorf("create publication %s: %w", s.Publication, err)
 		}
-		for _, t := range ts {
-			log.Info("created publication", "publication", s.Publication, "table", t.Name.String(), "partitioned", t.Partitioned)
+		if len(ts) == 1 {
+			log.Info("created publication", "publication", s.Publication, "table", ts[0].Name.String(), "partitioned", ts[0].Partitioned)
+			return nil
 		}
+		var names []string
+		for _, t := range ts {
+			names = append(names, t.Name.String())
+		}
+		log.Info("created publication", "publication", s.Publication, "tables", len(ts), "table_names", describeNames(names))
 		return nil
 	case !p.Exists:
 		return &Error{Err: ErrNoPublication, Publication: s.Publication, Table: first, Statement: create,
