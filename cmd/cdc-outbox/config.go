@@ -199,10 +199,11 @@ func (p *problems) check(ok bool, format string, args ...any) {
 	}
 }
 
-// source checks the settings run and status share: where the outbox, its
-// publication and its slot are.
-func (p *problems) source(url, table, publication, slot string) {
-	p.table(url, table)
+// source checks the settings run and status share: the server, the
+// publication and the slot (each checks --table as it reads it).
+func (p *problems) source(url, publication, slot string) {
+	_, err := pgconn.ParseConfig(url)
+	p.check(err == nil, "--postgres-url: %v", redact(err))
 	p.check(publication != "", "--publication is empty")
 	p.check(slotName.MatchString(slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", slot)
 }
@@ -223,11 +224,8 @@ func (p *problems) table(url, table string) {
 func (c *runConfig) validate() error {
 	var p problems
 	check := p.check
-	_, err := pgconn.ParseConfig(c.PostgresURL)
-	check(err == nil, "--postgres-url: %v", redact(err))
+	p.source(c.PostgresURL, c.Publication, c.Slot)
 	c.validateOutboxes(&p)
-	check(c.Publication != "", "--publication is empty")
-	check(slotName.MatchString(c.Slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", c.Slot)
 	c.validateOutput(&p)
 	check(c.CPUs >= 0, "--cpus %d: must be 0 (Go's default) or positive", c.CPUs)
 	check(c.MaxInflightBytes > 0, "--max-inflight-bytes %d: must be positive", c.MaxInflightBytes)

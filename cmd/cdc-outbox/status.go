@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
@@ -56,12 +54,9 @@ func statusFlags(c *statusConfig) *flags {
 
 func (c *statusConfig) validate() error {
 	var p problems
-	_, err := pgconn.ParseConfig(c.PostgresURL)
-	p.check(err == nil, "--postgres-url: %v", redact(err))
-	_, err = pgname.ParseList(c.Table)
+	p.source(c.PostgresURL, c.Publication, c.Slot)
+	_, err := pgname.ParseList(c.Table)
 	p.check(err == nil, "--table %q: %v", c.Table, err)
-	p.check(c.Publication != "", "--publication is empty")
-	p.check(slotName.MatchString(c.Slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", c.Slot)
 	p.check(c.MetricsURL == "" || strings.HasPrefix(c.MetricsURL, "http://") || strings.HasPrefix(c.MetricsURL, "https://"),
 		"--metrics-url %q: give the streamer's http://host:port/metrics", c.MetricsURL)
 	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
