@@ -13,7 +13,10 @@
 //  4. Crash: SIGKILL under load, restart, and count what Kafka got twice.
 //
 // With -debezium it runs instead the comparison with Debezium Server
-// (debezium.go; make bench-debezium) and writes debezium.md.
+// (debezium.go; make bench-debezium) and writes debezium.md. With
+// -outboxes N it measures instead the cost of N outbox tables streamed by
+// one process over one slot against N processes over N slots (outboxes.go;
+// make bench-outboxes) and writes outboxes.md.
 //
 // The drain and the steady load also run the streamer in exactly-once
 // delivery (--delivery exactly-once), beside the default at-least-once in
@@ -58,6 +61,13 @@ type options struct {
 	// from this checkout: an A/B comparison against another build.
 	bin string
 
+	// The cost of many outboxes instead of the phases above (outboxes.go):
+	// outboxes tables at outboxRate events/s in total, measured for
+	// outboxFor per way.
+	outboxes   int
+	outboxRate int
+	outboxFor  time.Duration
+
 	// The comparison with Debezium Server instead of the phases above.
 	debezium     bool
 	debeziumHome string // the unpacked distribution
@@ -87,6 +97,9 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.dbzEvents, "debezium-events", 200000, "with -debezium: events in the backlog")
 	fs.IntVar(&o.dbzRate, "debezium-rate", 1000, "with -debezium: the steady load's events/s")
 	fs.DurationVar(&o.dbzSteady, "debezium-steady", 30*time.Second, "with -debezium: the steady load's measured window per relay")
+	fs.IntVar(&o.outboxes, "outboxes", 0, "measure the cost of this many outbox tables instead (one process over one slot, one process per table, one table alone; writes outboxes.md); 0: the usual phases")
+	fs.IntVar(&o.outboxRate, "outboxes-rate", 2000, "with -outboxes: events/s in total, spread evenly over the tables")
+	fs.DurationVar(&o.outboxFor, "outboxes-duration", 30*time.Second, "with -outboxes: the measured window of each way")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -107,6 +120,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.events <= 0 || o.steady <= 0 || o.crashRate <= 0 || o.crashFor <= 0 {
 		return o, errors.New("-events, -steady, -crash-rate and -crash-duration must be positive")
+	}
+	if o.outboxes < 0 || o.outboxRate <= 0 || o.outboxFor <= 0 {
+		return o, errors.New("-outboxes must not be negative, -outboxes-rate and -outboxes-duration must be positive")
 	}
 	if o.dbzEvents <= 0 || o.dbzRate <= 0 || o.dbzSteady <= 0 {
 		return o, errors.New("-debezium-events, -debezium-rate and -debezium-steady must be positive")
@@ -212,6 +228,11 @@ func run(ctx context.Context, o options) int {
 		progress("PostgreSQL %s, Kafka %s, Debezium Server %s (%s), %d cores; database %s",
 			res.info.pgVersion, res.info.kafkaVersion, res.version, res.java, res.info.cores, b.dbName)
 		return runDebeziumCompare(ctx, o, b, res)
+	}
+	if o.outboxes > 0 {
+		info := b.info(ctx, o)
+		progress("PostgreSQL %s, Kafka %s, %d cores; database %s; %d outboxes", info.pgVersion, info.kafkaVersion, info.cores, b.dbName, o.outboxes)
+		return runOutboxes(ctx, o, b, info)
 	}
 	res := &results{info: b.info(ctx, o)}
 	progress("PostgreSQL %s, Kafka %s, %d cores, %s; database %s", res.info.pgVersion, res.info.kafkaVersion, res.info.cores, res.info.goVersion, b.dbName)

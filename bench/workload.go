@@ -101,6 +101,11 @@ func (r pacedResult) rate() float64 {
 // waits: the achieved rate, not the requested one, is what gets reported.
 // written, if not nil, is increased as events commit (for progress lines).
 func writePaced(ctx context.Context, pool *pgxpool.Pool, rate int, d time.Duration, aggType string, written *atomic.Int64) pacedResult {
+	return writePacedWith(ctx, pool, rate, d, written, func(ctx context.Context, rng *rand.Rand) error { return insertEvent(ctx, pool, rng, aggType) })
+}
+
+// writePacedWith is writePaced with insert committing each event.
+func writePacedWith(ctx context.Context, pool *pgxpool.Pool, rate int, d time.Duration, written *atomic.Int64, insert func(context.Context, *rand.Rand) error) pacedResult {
 	if written == nil {
 		written = new(atomic.Int64)
 	}
@@ -118,7 +123,7 @@ func writePaced(ctx context.Context, pool *pgxpool.Pool, rate int, d time.Durati
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			for range tokens {
-				if err := insertEvent(ctx, pool, rng, aggType); err != nil {
+				if err := insert(ctx, rng); err != nil {
 					errs.Add(1)
 					errOnce.Do(func() { res.lastErr = err })
 					if ctx.Err() != nil {

@@ -67,6 +67,13 @@ func (wl *workload) checkExactlyOnce(types []string, what string) {
 // offset is a transaction marker, which KeepControlRecords returns.
 func committedRecords(t *testing.T, topics ...string) map[string]int {
 	t.Helper()
+	return committedRecordsBy(t, func(r *kgo.Record) string { return header(r, "id") }, topics...)
+}
+
+// committedRecordsBy is committedRecords counting by key(record) (an
+// outbox's source and the event id, when several outboxes share a topic).
+func committedRecordsBy(t *testing.T, key func(*kgo.Record) string, topics ...string) map[string]int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(testenv.KafkaClient(t))
@@ -105,7 +112,7 @@ func committedRecords(t *testing.T, topics ...string) map[string]int {
 				}
 			}
 			if !r.Attrs.IsControl() {
-				counts[header(r, "id")]++
+				counts[key(r)]++
 			}
 		})
 	}

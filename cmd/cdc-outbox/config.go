@@ -44,8 +44,11 @@ type runConfig struct {
 	KafkaSASLPassword     string
 	KafkaSASLPasswordFile string
 
-	Mapping         mapping.Config
-	Source          string // --source; "" until run resolves the default
+	Mapping mapping.Config
+	Source  string // --source; "" until run resolves the default
+	// Outboxes is the configuration file's outboxes list; when it is
+	// set, --table is not read.
+	Outboxes        []outboxEntry
 	OnBadEvent      string
 	DeadLetterTopic string
 	MessagePrefix   string
@@ -76,7 +79,7 @@ func runFlags(c *runConfig) *flags {
 	f := newFlags("cdc-outbox run", "Stream inserts of a PostgreSQL outbox table to Kafka through logical replication.\n"+
 		"A WAL position is confirmed to PostgreSQL only after Kafka acknowledged every event up to it.")
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs REPLICATION")
-	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
+	f.String(&c.Table, "table", contract.DefaultTable, runTableHelp)
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
 	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")
@@ -89,6 +92,7 @@ func runFlags(c *runConfig) *flags {
 	mappingFlags(f, c)
 	f.String(&c.MessagePrefix, "message-prefix", contract.DefaultMessagePrefix, "`prefix` of outbox messages: pg_logical_emit_message(true, <prefix>, <envelope>) is published as the event an outbox row "+
 		"of the same values would be; messages of other prefixes are passed over")
+	f.outboxes = &c.Outboxes
 
 	deliveryFlags(f, c)
 	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<system identifier>-<database OID>-<slot>")
@@ -176,6 +180,11 @@ func logFlags(f *flags, c *runConfig) {
 const tableHelp = "outbox `table`: schema.table, or table in schema public; read as PostgreSQL reads a name, so unquoted parts are folded to lower case " +
 	"and a part in double quotes is taken as it is (\"Billing\".\"Outbox Events\")"
 
+// runTableHelp is run's --table's, which takes several outboxes.
+const runTableHelp = "outbox `tables`, comma-separated: schema.table, table in schema public, or a pattern whose unquoted parts may hold * " +
+	"(*.outbox, tenant_*.outbox), all streamed over one slot and publication; read as PostgreSQL reads a name, so unquoted parts are folded to lower case " +
+	"and a part in double quotes is taken as it is (\"Billing\".\"Outbox Events\")"
+
 // outboxTable is --table parsed; validation has checked that it parses.
 func outboxTable(table string) pgname.Name {
 	n, _ := pgname.Parse(table)
@@ -194,10 +203,11 @@ func (p *problems) check(ok bool, format string, args ...any) {
 	}
 }
 
-// source checks the settings run and status share: where the outbox, its
-// publication and its slot are.
-func (p *problems) source(url, table, publication, slot string) {
-	p.table(url, table)
+// source checks the settings run and status share: the server, the
+// publication and the slot (each checks --table as it reads it).
+func (p *problems) source(url, publication, slot string) {
+	_, err := pgconn.ParseConfig(url)
+	p.check(err == nil, "--postgres-url: %v", redact(err))
 	p.check(publication != "", "--publication is empty")
 	p.check(slotName.MatchString(slot), "--slot %q: slot names are 1-63 characters of a-z, 0-9 and _", slot)
 }
@@ -208,6 +218,9 @@ func (p *problems) table(url, table string) {
 	p.check(err == nil, "--postgres-url: %v", redact(err))
 	_, err = pgname.Parse(table)
 	p.check(err == nil, "--table %q: %v", table, err)
+	if ps, lerr := pgname.ParseList(table); err == nil && lerr == nil {
+		p.check(len(ps) == 1 && !ps[0].IsGlob(), "--table %q: name one table here; a list or a pattern is run's", table)
+	}
 }
 
 // validate checks every limit in one place, at start, with messages that
@@ -215,7 +228,8 @@ func (p *problems) table(url, table string) {
 func (c *runConfig) validate() error {
 	var p problems
 	check := p.check
-	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
+	p.source(c.PostgresURL, c.Publication, c.Slot)
+	c.validateOutboxes(&p)
 	c.validateOutput(&p)
 	check(c.MessagePrefix != "" && len(c.MessagePrefix) <= 255 && utf8.ValidString(c.MessagePrefix) && !strings.ContainsRune(c.MessagePrefix, 0),
 		"--message-prefix %q: give 1 to 255 bytes of UTF-8 text", c.MessagePrefix)

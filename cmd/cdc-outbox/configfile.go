@@ -8,11 +8,14 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 // The configuration file (--config, CDC_OUTBOX_CONFIG) is one YAML mapping
@@ -124,6 +127,15 @@ func (f *flags) parseConfigFile(path string, data []byte) (map[string]fileValue,
 			continue
 		}
 		seen[name] = k.Line
+		if name == outboxesKey {
+			entries, err := parseOutboxes(path, v)
+			if err != nil {
+				errs = append(errs, err)
+			} else if f.outboxes != nil {
+				*f.outboxes = entries
+			}
+			continue
+		}
 		if name == configFlag {
 			fail(k.Line, "%s: a configuration file cannot name another; give --config or %s", name, envName(configFlag))
 			continue
@@ -145,6 +157,82 @@ func (f *flags) parseConfigFile(path string, data []byte) (map[string]fileValue,
 		if f.fs.Lookup(name) != nil { // else another command's key
 			out[name] = fileValue{value: value, line: v.Line}
 		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// outboxesKey is the file's one key that is no flag: the list of outboxes
+// with settings of their own (outboxEntry), which a command line cannot
+// say.
+const outboxesKey = "outboxes"
+
+// parseOutboxes reads the outboxes list: each entry a mapping with table
+// (a table or pattern, as --table reads one) and any of outboxKeys, each a
+// string. Every problem is reported at once, with the file and line.
+func parseOutboxes(path string, n *yaml.Node) ([]outboxEntry, error) {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		return nil, fmt.Errorf("%s:%d: %s: want a list of outboxes, each a mapping with table and its settings (e.g. \"- table: billing.outbox\"), got %s",
+			path, n.Line, outboxesKey, describe(n))
+	}
+	var errs []error
+	fail := func(line int, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s:%d: %s", path, line, fmt.Sprintf(format, args...)))
+	}
+	var out []outboxEntry
+	for _, item := range n.Content {
+		for item.Kind == yaml.AliasNode {
+			item = item.Alias
+		}
+		if item.Kind != yaml.MappingNode {
+			fail(item.Line, "%s: want a mapping with table and its settings, got %s", outboxesKey, describe(item))
+			continue
+		}
+		e := outboxEntry{where: fmt.Sprintf("%s:%d", path, item.Line), values: map[string]string{}}
+		table := ""
+		for i := 0; i+1 < len(item.Content); i += 2 {
+			k, v := item.Content[i], item.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				fail(k.Line, "%s: want a key, got %s", outboxesKey, describe(k))
+				continue
+			}
+			known := k.Value == "table" || slices.Contains(outboxKeys, k.Value)
+			_, twice := e.values[k.Value]
+			switch {
+			case !known:
+				if s := suggest(k.Value, append([]string{"table"}, outboxKeys...)); s != "" {
+					fail(k.Line, "%s: unknown key %q (did you mean %q?)", outboxesKey, k.Value, s)
+				} else {
+					fail(k.Line, "%s: unknown key %q: an outbox takes table, %s", outboxesKey, k.Value, strings.Join(outboxKeys, ", "))
+				}
+				continue
+			case twice || k.Value == "table" && table != "":
+				fail(k.Line, "%s: %s is given twice in one outbox", outboxesKey, k.Value)
+				continue
+			case v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str":
+				fail(v.Line, "%s: %s: want a string, got %s", outboxesKey, k.Value, describe(v))
+				continue
+			}
+			if k.Value == "table" {
+				table = v.Value
+				p, err := pgname.ParsePattern(v.Value)
+				if err != nil {
+					fail(v.Line, "%s: table %q: %v", outboxesKey, v.Value, err)
+				}
+				e.pattern = p
+				continue
+			}
+			e.values[k.Value] = v.Value
+		}
+		if table == "" {
+			fail(item.Line, "%s: an outbox without table: name its table or pattern (table: billing.outbox)", outboxesKey)
+		}
+		out = append(out, e)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

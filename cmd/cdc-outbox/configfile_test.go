@@ -367,3 +367,97 @@ func TestLevenshtein(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigFileOutboxes: the outboxes list gives each outbox its table or
+// pattern and the settings it has instead of the global flags, which stay
+// the defaults of the others.
+func TestConfigFileOutboxes(t *testing.T) {
+	path := writeConfig(t, `
+topic: "events.{aggregate_type}"
+column-payload: body
+outboxes:
+  - table: billing.outbox
+    topic: "billing.{event_type}"
+    column-id: event_id
+    source: billing
+  - table: 'tenant_*.outbox'
+`)
+	c, err := parseRun(t, "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	specs := c.outboxes()
+	if len(specs) != 2 {
+		t.Fatalf("%d outboxes, want 2", len(specs))
+	}
+	b, tenant := specs[0], specs[1]
+	if b.Pattern.String() != "billing.outbox" || b.Mapping.Topic != "billing.{event_type}" || b.Mapping.IDColumn != "event_id" ||
+		b.Mapping.PayloadColumn != "body" || b.Mapping.Source != "billing" {
+		t.Errorf("billing: %s %+v", b.Pattern, b.Mapping)
+	}
+	if tenant.Pattern.String() != "tenant_*.outbox" || !tenant.Pattern.IsGlob() || tenant.Mapping.Topic != "events.{aggregate_type}" ||
+		tenant.Mapping.IDColumn != "id" || tenant.Mapping.PayloadColumn != "body" || tenant.Mapping.Source != "" {
+		t.Errorf("tenants: %s %+v", tenant.Pattern, tenant.Mapping)
+	}
+	// status reads the same file and ignores the list.
+	var sc statusConfig
+	if err := statusFlags(&sc).parse([]string{"--config", path}, &bytes.Buffer{}); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+}
+
+func TestConfigFileOutboxesErrors(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"outboxes: billing.outbox\n", `:1: outboxes: want a list of outboxes`},
+		{"outboxes:\n  - topic: x\n", `:2: outboxes: an outbox without table`},
+		{"outboxes:\n  - table: a.b\n    colum-id: x\n", `:3: outboxes: unknown key "colum-id" (did you mean "column-id"?)`},
+		{"outboxes:\n  - table: a.b\n    column-id: 7\n", `:3: outboxes: column-id: want a string, got the integer 7`},
+		{"outboxes:\n  - table: a.b.c\n", `:2: outboxes: table "a.b.c": invalid name syntax`},
+		{"outboxes:\n  - table: a.b\n    topic: x\n    topic: y\n", `:4: outboxes: topic is given twice`},
+	} {
+		_, err := parseRun(t, "--config", writeConfig(t, tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.file, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		file string
+		args []string
+		want string
+	}{
+		{"outboxes:\n  - table: 'tenant_*.outbox'\n    source: tenants\n", nil, `source "tenants" for the pattern tenant_*.outbox: each table it matches needs a source of its own`},
+		{"outboxes:\n  - table: a.b\n    topic: 'bad topic {'\n", nil, `cdc-outbox.yaml:2: mapping:`},
+		{"outboxes:\n  - table: a.b\n", []string{"--table", "x.y"}, `--table "x.y" with the configuration file's outboxes list`},
+	} {
+		c, err := parseRun(t, append([]string{"--config", writeConfig(t, tc.file)}, tc.args...)...)
+		if err == nil {
+			err = c.validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q %v: %v, want %q", tc.file, tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestExampleConfigFileOutboxes: the example's commented-out outboxes list,
+// uncommented, is a valid configuration.
+func TestExampleConfigFileOutboxes(t *testing.T) {
+	data, err := os.ReadFile("../../cdc-outbox.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile(`(?m)^# outboxes:\n(^#   .*\n)+`).Find(data)
+	if block == nil {
+		t.Fatal("cdc-outbox.example.yaml has no commented-out outboxes list (\"# outboxes:\" and its entries)")
+	}
+	c, err := parseRun(t, "--config", writeConfig(t, regexp.MustCompile(`(?m)^# ?`).ReplaceAllString(string(block), "")))
+	if err == nil {
+		err = c.validate()
+	}
+	if err != nil || len(c.Outboxes) < 2 {
+		t.Fatalf("the example's outboxes list: %d outboxes, %v", len(c.Outboxes), err)
+	}
+}

@@ -25,6 +25,9 @@ type flags struct {
 	// origin is where parse found each flag that was not on the command
 	// line: its environment variable, or file:line.
 	origin map[string]string
+	// outboxes receives the configuration file's outboxes list, for the
+	// command that has one (run's); nil for the others, which ignore it.
+	outboxes *[]outboxEntry
 }
 
 // configFlag names the flag that names the configuration file. Every

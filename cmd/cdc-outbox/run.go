@@ -23,6 +23,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
 func runCommand(args []string, stdout, stderr io.Writer) int {
@@ -74,7 +75,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 // catalog's connection, and last the HTTP endpoint, so /metrics and /readyz
 // answer until the end.
 func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logger) (err error) {
-	table := outboxTable(c.Table)
+	specs := c.outboxes()
 	g := newGroup(ctx)
 	defer func() {
 		if failed := g.Stop(); failed != nil {
@@ -95,7 +96,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 			missing = append(missing, "not streaming from PostgreSQL (starting, reconnecting, or another instance holds the slot)")
 		}
 		if dp != nil && !dp.monitor.Published() {
-			missing = append(missing, fmt.Sprintf("table %s is not in publication %s, or not wholly: inserts into it are not streamed", table, c.Publication))
+			missing = append(missing, fmt.Sprintf("an outbox table (%s) is not in publication %s, or not wholly: inserts into it are not streamed", describeOutboxes(specs), c.Publication))
 		}
 		var kafkaUp bool
 		var kafkaErr error // the last failure, explained in /readyz
@@ -132,7 +133,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	prepared, err := replication.Prepare(setupCtx, c.PostgresURL, replication.Setup{
-		Table:             table,
+		Outboxes:          patternsOf(specs),
 		Publication:       c.Publication,
 		Slot:              c.Slot,
 		CreatePublication: c.CreatePublication,
@@ -146,17 +147,16 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	}
 	logPrepared(log, c.Slot, prepared)
 	start := prepared.Start
-	catalog, err := openCatalog(ctx, c)
+	catalog, err := openCatalog(ctx, c, specs)
 	if err != nil {
 		return err
 	}
 	g.Close(catalog.Close)
-
-	source, err := resolveSource(ctx, c)
+	found := catalog.Outboxes()
+	msgSource, err := messageSource(ctx, c, specs, found)
 	if err != nil {
 		return err
 	}
-	c.Mapping.Source = source
 
 	tracker := checkpoint.New(start)
 	sinkCfg := sink.Config{
@@ -182,7 +182,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	// Kafka checkpoint names it (exactly-once).
 	var st *replication.Stream
 	if c.Delivery == deliveryExactlyOnce {
-		if eo, err = newExactlyOnce(ctx, c, sinkCfg, kafkaOpts, func() int32 { return st.Timeline() }, m, log); err != nil {
+		if eo, err = newExactlyOnce(ctx, c, specs, sinkCfg, kafkaOpts, func() int32 { return st.Timeline() }, m, log); err != nil {
 			return err
 		}
 		txp = eo.txp
@@ -197,16 +197,23 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		snk = s
 	}
 	p, err := pipeline.New(pipeline.Config{
-		Mapping:           c.Mapping,
+		Outboxes:          mappingsOf(specs),
 		OnBadEvent:        c.OnBadEvent,
 		DeadLetterTopic:   c.DeadLetterTopic,
 		MessagePrefix:     c.MessagePrefix,
+		MessageSource:     msgSource,
 		MaxInflightEvents: c.MaxInflightEvents,
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
 		Explain:           explain,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
+		return err
+	}
+	if err := p.Known(found); err != nil {
+		return err
+	}
+	if err := checkContracts(ctx, catalog, specs, found, log); err != nil {
 		return err
 	}
 	if txp != nil {
@@ -241,15 +248,25 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p, st, m) }
 	}
 	st = replication.New(rcfg, p, tracker, log)
-	outbox := catalog.Outbox()
-	monitor := replication.NewMonitor(replication.MonitorConfig{
+	mcfg := replication.MonitorConfig{
 		URL:         c.PostgresURL,
 		Slot:        c.Slot,
 		Publication: c.Publication,
-		Table:       table,
-		Outbox:      outbox,
 		Interval:    c.SlotPollInterval,
-	}, m, log)
+	}
+	for i, s := range specs {
+		if s.Pattern.IsGlob() {
+			mcfg.Patterns = append(mcfg.Patterns, s.Pattern)
+			continue
+		}
+		for _, o := range found {
+			if o.Entry == i {
+				mcfg.Outboxes = append(mcfg.Outboxes, replication.MonitorOutbox{Table: s.Pattern.Name(),
+					Outbox: replication.Relation{OID: o.OID, Name: pgname.Name{Schema: o.Schema, Relation: o.Name}}})
+			}
+		}
+	}
+	monitor := replication.NewMonitor(mcfg, m, log)
 	health := sink.NewHealth(snk, m, explain, log)
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health, txp: txp})
 
@@ -259,8 +276,19 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
 	}
-	log.Info("starting", "delivery", c.Delivery, "slot", c.Slot, "start_lsn", start, "table", outbox.Name.String(), "table_oid", outbox.OID, "source", source, "brokers", c.KafkaBrokers,
-		"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())
+	for _, o := range p.Outboxes() {
+		log.Info("outbox table", "table", o.Table, "table_oid", o.OID, "source", o.Source)
+	}
+	if len(found) == 0 {
+		log.Warn("no table matches the outboxes yet: tables that match are streamed once created and in the publication", "outboxes", describeOutboxes(specs))
+	}
+	attrs := []any{"delivery", c.Delivery, "slot", c.Slot, "start_lsn", start, "outboxes", describeOutboxes(specs), "tables", len(found)}
+	if len(found) == 1 {
+		// One outbox, as before: the table and its source on the line.
+		o := p.Outboxes()[0]
+		attrs = append(attrs, "table", o.Table, "table_oid", o.OID, "source", o.Source)
+	}
+	log.Info("starting", append(attrs, "brokers", c.KafkaBrokers, "kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())...)
 	return st.Run(ctx)
 }
 
@@ -300,6 +328,17 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			return float64(dp.txp.Checkpoint())
 		}),
 		SkippedTransactions: read(func(dp *dataPath) float64 { return float64(dp.pipe.SkippedTransactions()) }),
+		Outboxes: func() []metrics.Outbox {
+			dp := parts.Load()
+			if dp == nil {
+				return nil
+			}
+			var out []metrics.Outbox
+			for _, o := range dp.pipe.Outboxes() {
+				out = append(out, metrics.Outbox{Name: o.Table, Events: o.Events, Failed: o.Bad["failed"], DeadLettered: o.Bad["dead_lettered"], Last: o.Last})
+			}
+			return out
+		},
 		PostgresConnected: func() bool {
 			dp := parts.Load()
 			return dp != nil && dp.stream.Connected()
@@ -338,14 +377,19 @@ type exactlyOnce struct {
 // newExactlyOnce makes the exactly-once producer and creates the
 // checkpoint topic when missing. Nothing is fenced yet: a standby waiting
 // for the slot must not stop the instance that streams.
-func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, timeline func() int32, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
+func newExactlyOnce(ctx context.Context, c *runConfig, specs []outboxSpec, cfg sink.Config, kafkaOpts []kgo.Opt, timeline func() int32, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
 	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
 	if err != nil {
 		return nil, fmt.Errorf("read the stream's identity for the Kafka checkpoint: %w", err)
 	}
-	legacy, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
-	if err != nil {
-		return nil, fmt.Errorf("read the outbox table's identity for the Kafka checkpoint: %w", err)
+	// The former default names keyed a checkpoint by the slot with the one
+	// outbox table's identity as origin; a stream of a list or patterns
+	// never wrote one.
+	var legacy string
+	if len(specs) == 1 && !specs[0].Pattern.IsGlob() {
+		if legacy, err = replication.TableIdentity(ctx, c.PostgresURL, specs[0].Pattern.Name()); err != nil && !errors.Is(err, replication.ErrNoTable) {
+			return nil, fmt.Errorf("read the outbox table's identity for the former Kafka checkpoint: %w", err)
+		}
 	}
 	txp, err := sink.NewTransactional(sink.TxConfig{
 		Config:          cfg,
@@ -391,7 +435,7 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *re
 	if err != nil {
 		return err
 	}
-	if !cp.Found {
+	if !cp.Found && eo.legacyOrigin != "" {
 		// The first start after an upgrade from the former default names
 		// (the slot's name as key, the table's identity as origin): that
 		// checkpoint is this stream's until the first commit under the new
@@ -474,6 +518,26 @@ func logPrepared(log *slog.Logger, slot string, p replication.Prepared) {
 	}
 }
 
+// checkContracts warns of each outbox table found at start that lacks a
+// required column: its rows are bad events until it has them. (A table that
+// appears later is checked when the stream first describes it.)
+func checkContracts(ctx context.Context, catalog *replication.Catalog, specs []outboxSpec, found []decoder.Outbox, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, o := range found {
+		required := catalogOutboxes(specs)[o.Entry].Required
+		missing, err := catalog.MissingColumns(ctx, o.OID, required)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			log.Warn("an outbox table lacks required columns: each of its rows is a bad event until they are there (see the column flags or the configuration file's outboxes list)",
+				"table", o.Table(), "missing", missing)
+		}
+	}
+	return nil
+}
+
 // catalogTimeout bounds one catalog lookup from the replication loop, which
 // sends no status update meanwhile: well below the default
 // wal_sender_timeout (60 s).
@@ -482,14 +546,13 @@ const catalogTimeout = 10 * time.Second
 // openCatalog finds the outbox table for the stream, which asks the
 // catalog what each relation it describes is: the outbox is the table
 // --table names now, and from then on that table whatever its name.
-func openCatalog(ctx context.Context, c *runConfig) (*replication.Catalog, error) {
+func openCatalog(ctx context.Context, c *runConfig, specs []outboxSpec) (*replication.Catalog, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return replication.OpenCatalog(ctx, replication.CatalogConfig{
 		URL:         c.PostgresURL,
-		Table:       outboxTable(c.Table),
+		Outboxes:    catalogOutboxes(specs),
 		Publication: c.Publication,
-		Required:    []string{c.Mapping.IDColumn, c.Mapping.AggregateTypeColumn, c.Mapping.AggregateIDColumn, c.Mapping.EventTypeColumn, c.Mapping.PayloadColumn},
 		Timeout:     catalogTimeout,
 	})
 }

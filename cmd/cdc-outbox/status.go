@@ -24,6 +24,7 @@ type statusConfig struct {
 	Slot        string
 	Publication string
 	Table       string
+	MetricsURL  string
 	JSON        bool
 	Timeout     time.Duration
 	// kafka holds --delivery, --checkpoint-topic and the Kafka connection:
@@ -41,7 +42,8 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
-	f.String(&c.Table, "table", contract.DefaultTable, tableHelp)
+	f.String(&c.Table, "table", contract.DefaultTable, runTableHelp)
+	f.String(&c.MetricsURL, "metrics-url", "", "`url` of the running streamer's /metrics (its --http-addr), read for each outbox table's events streamed and last event; empty: not read")
 	deliveryFlags(f, &c.kafka)
 	f.String(&c.kafka.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "exactly-once: Kafka bootstrap `brokers`, comma-separated, to read the checkpoint from")
 	kafkaSecurityFlags(f, &c.kafka)
@@ -52,7 +54,11 @@ func statusFlags(c *statusConfig) *flags {
 
 func (c *statusConfig) validate() error {
 	var p problems
-	p.source(c.PostgresURL, c.Table, c.Publication, c.Slot)
+	p.source(c.PostgresURL, c.Publication, c.Slot)
+	_, err := pgname.ParseList(c.Table)
+	p.check(err == nil, "--table %q: %v", c.Table, err)
+	p.check(c.MetricsURL == "" || strings.HasPrefix(c.MetricsURL, "http://") || strings.HasPrefix(c.MetricsURL, "https://"),
+		"--metrics-url %q: give the streamer's http://host:port/metrics", c.MetricsURL)
 	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
 	k := &c.kafka
 	p.check(k.Delivery == deliveryAtLeastOnce || k.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", k.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
@@ -131,6 +137,11 @@ const (
 //	                     partition), comparing relations, not names
 //	table_rows_estimate  the table's pg_class.reltuples; -1 when unknown
 //	                     (never analyzed, or no such table)
+//	outboxes             every outbox table --table names or matches now, each an object:
+//	                     table, oid, in_publication, rows_estimate (-1 when unknown),
+//	                     events_streamed and last_event (from --metrics-url: the running
+//	                     streamer's count and the commit time of its last event, RFC 3339;
+//	                     -1 and "" when not read)
 //	delivery             --delivery: at-least-once or exactly-once
 //	kafka_checkpoint_lsn exactly-once: the slot's last checkpoint committed in Kafka
 //	                     (--checkpoint-topic), "0/0" when none or in at-least-once delivery;
@@ -179,14 +190,15 @@ type statusReport struct {
 	major                    int
 	standbys                 bool // the server has physical slots: standbys replicate from it
 
-	Publication        string   `json:"publication"`
-	PublicationExists  bool     `json:"publication_exists"`
-	PublishesInserts   bool     `json:"publishes_inserts"`
-	PublicationTables  []string `json:"publication_tables"`
-	Table              string   `json:"table"`
-	TableExists        bool     `json:"table_exists"`
-	TableInPublication bool     `json:"table_in_publication"`
-	TableRowsEstimate  int64    `json:"table_rows_estimate"`
+	Publication        string         `json:"publication"`
+	PublicationExists  bool           `json:"publication_exists"`
+	PublishesInserts   bool           `json:"publishes_inserts"`
+	PublicationTables  []string       `json:"publication_tables"`
+	Table              string         `json:"table"`
+	TableExists        bool           `json:"table_exists"`
+	TableInPublication bool           `json:"table_in_publication"`
+	TableRowsEstimate  int64          `json:"table_rows_estimate"`
+	Outboxes           []statusOutbox `json:"outboxes"`
 
 	Delivery           string `json:"delivery"`
 	KafkaCheckpointLSN string `json:"kafka_checkpoint_lsn"`
@@ -201,6 +213,17 @@ type statusReport struct {
 	// publicationProblem is what the publication misses of the table, with
 	// the fix, when TableInPublication is false.
 	publicationProblem string
+}
+
+// statusOutbox is one outbox table in the status report.
+type statusOutbox struct {
+	Table          string `json:"table"`
+	OID            uint32 `json:"oid"`
+	InPublication  bool   `json:"in_publication"`
+	RowsEstimate   int64  `json:"rows_estimate"`
+	EventsStreamed int64  `json:"events_streamed"`
+	LastEvent      string `json:"last_event"`
+	problem        string // what the publication misses of it, with the fix
 }
 
 func statusCommand(args []string, stdout, stderr io.Writer) int {
@@ -241,7 +264,8 @@ func newStatusReport(c *statusConfig) *statusReport {
 		Publication:        c.Publication,
 		PublicationTables:  []string{},
 		FailoverStandbys:   []failoverStandby{},
-		Table:              outboxTable(c.Table).String(),
+		Table:              statusTable(c.Table),
+		Outboxes:           []statusOutbox{},
 		TableRowsEstimate:  -1,
 		Delivery:           c.kafka.Delivery,
 		KafkaCheckpointLSN: "0/0",
@@ -252,7 +276,17 @@ func newStatusReport(c *statusConfig) *statusReport {
 // the report says why, with exit code 2.
 func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	r := newStatusReport(c)
-	in, err := replication.Inspect(ctx, c.PostgresURL, replication.Names{Slot: c.Slot, Publication: c.Publication, Table: outboxTable(c.Table)})
+	ps, _ := pgname.ParseList(c.Table)
+	one := len(ps) == 1 && !ps[0].IsGlob()
+	var name pgname.Name
+	if one {
+		name = ps[0].Name()
+	}
+	in, err := replication.Inspect(ctx, c.PostgresURL, replication.Names{Slot: c.Slot, Publication: c.Publication, Table: name})
+	var outboxes []replication.OutboxInspection
+	if err == nil {
+		outboxes, err = replication.InspectOutboxes(ctx, c.PostgresURL, c.Publication, ps)
+	}
 	var connect *replication.ConnectError
 	switch {
 	case errors.As(err, &connect):
@@ -264,6 +298,10 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 		return r
 	}
 	r.fill(in)
+	r.fillOutboxes(outboxes, !one)
+	if c.MetricsURL != "" {
+		r.readStreamed(ctx, c.MetricsURL)
+	}
 	r.judge()
 	r.readFailover(ctx, c, in)
 	if c.kafka.Delivery == deliveryExactlyOnce {
@@ -304,7 +342,12 @@ func readCheckpoint(ctx context.Context, c *statusConfig, cfg sink.Config) (sink
 	if err != nil || cp.Found {
 		return cp, err
 	}
-	table, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
+	// Only a stream of one table wrote under the former key.
+	ps, err := pgname.ParseList(c.Table)
+	if err != nil || len(ps) != 1 || ps[0].IsGlob() {
+		return cp, nil
+	}
+	table, err := replication.TableIdentity(ctx, c.PostgresURL, ps[0].Name())
 	switch {
 	case errors.Is(err, replication.ErrNoTable):
 		return cp, nil // no table, no checkpoint of its former key
@@ -356,6 +399,67 @@ func (r *statusReport) fill(in replication.Inspection) {
 	}
 }
 
+// statusTable is --table as the report names it: one table as
+// schema.table, a list or pattern as given.
+func statusTable(table string) string {
+	ps, err := pgname.ParseList(table)
+	if err == nil && len(ps) == 1 && !ps[0].IsGlob() {
+		return ps[0].Name().String()
+	}
+	return table
+}
+
+// fillOutboxes lists the outbox tables; for a list or pattern (many) the
+// table keys sum them up: exists when any matches, in the publication when
+// every one is wholly, the rows estimate their sum.
+func (r *statusReport) fillOutboxes(outboxes []replication.OutboxInspection, many bool) {
+	var problems []string
+	var rows int64
+	for _, o := range outboxes {
+		so := statusOutbox{Table: o.Table.Name.String(), OID: o.Table.OID, InPublication: o.Coverage.Complete() && o.Coverage.Publication != "",
+			RowsEstimate: o.RowsEstimate, EventsStreamed: -1}
+		if !so.InPublication && o.Coverage.Publication != "" {
+			so.problem = o.Coverage.Problem()
+			problems = append(problems, so.problem)
+		}
+		if rows >= 0 && o.RowsEstimate >= 0 {
+			rows += o.RowsEstimate
+		} else {
+			rows = -1
+		}
+		r.Outboxes = append(r.Outboxes, so)
+	}
+	if !many {
+		return
+	}
+	r.TableExists = len(outboxes) > 0
+	r.TableInPublication = r.TableExists && len(problems) == 0
+	r.publicationProblem = strings.Join(problems, "; ")
+	r.TableRowsEstimate = -1
+	if r.TableExists {
+		r.TableRowsEstimate = rows
+	}
+}
+
+// readStreamed reads the running streamer's per-outbox counts from its
+// /metrics; failing to is a warning.
+func (r *statusReport) readStreamed(ctx context.Context, url string) {
+	streamed, last, err := scrapeOutboxes(ctx, url)
+	if err != nil {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the streamer's metrics at --metrics-url %s: %v", url, err))
+		return
+	}
+	for i := range r.Outboxes {
+		o := &r.Outboxes[i]
+		if n, ok := streamed[o.Table]; ok {
+			o.EventsStreamed = n
+		}
+		if t, ok := last[o.Table]; ok && !t.IsZero() {
+			o.LastEvent = t.UTC().Format(time.RFC3339)
+		}
+	}
+}
+
 // judge sets the verdict, exit code, message and warnings from what read
 // found. The verdict is about streaming: first what run would stop on
 // before it looks at the slot (wal_level, REPLICATION, an UNLOGGED table),
@@ -386,7 +490,10 @@ func (r *statusReport) judge() {
 	case !r.PublishesInserts:
 		warn("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", r.Publication, pub)
 	}
-	if !r.TableExists {
+	if !r.TableExists && len(r.Outboxes) == 0 && r.Table != outboxTable(r.Table).String() {
+		warn("no table matches %s in database %q yet: tables that match are streamed once created and in the publication (sql/outbox-membership.sql adds them as they are created); or check --table",
+			r.Table, r.connectedDB)
+	} else if !r.TableExists {
 		warn("table %s does not exist in database %q: create it (sql/publication.sql has the default) or check --table", r.Table, r.connectedDB)
 	} else if r.PublicationExists && !r.TableInPublication && r.publicationProblem != "" {
 		warn("%s; or check --table and --publication", r.publicationProblem)
@@ -605,6 +712,22 @@ func (r *statusReport) writeText(w io.Writer) {
 		} else {
 			add("  rows (estimate)", "%d", r.TableRowsEstimate)
 		}
+	}
+	if len(r.Outboxes) > 1 || r.Table != outboxTable(r.Table).String() {
+		add("outboxes", "%d", len(r.Outboxes))
+		for _, o := range r.Outboxes {
+			line := fmt.Sprintf("in publication %s, rows (estimate) %s", yes(o.InPublication), estimate(o.RowsEstimate))
+			if o.EventsStreamed >= 0 {
+				line += fmt.Sprintf(", streamed %d", o.EventsStreamed)
+			}
+			if o.LastEvent != "" {
+				line += ", last event " + o.LastEvent
+			}
+			add("  "+o.Table, "%s", line)
+		}
+	} else if len(r.Outboxes) == 1 && r.Outboxes[0].EventsStreamed >= 0 {
+		add("  streamed", "%d", r.Outboxes[0].EventsStreamed)
+		add("  last event", "%s", orNone(r.Outboxes[0].LastEvent))
 	}
 	add("delivery", "%s", r.Delivery)
 	if r.Delivery == deliveryExactlyOnce {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -76,7 +78,7 @@ func TestStatusInactiveSlot(t *testing.T) {
 		"database", "active", "active_pid", "confirmed_flush_lsn", "restart_lsn", "current_wal_lsn", "lag_bytes",
 		"retained_wal_bytes", "retained_wal", "wal_status", "invalidation_reason", "conflicting", "inactive_since",
 		"publication", "publication_exists", "publishes_inserts",
-		"publication_tables", "table", "table_exists", "table_in_publication", "table_rows_estimate"} {
+		"publication_tables", "table", "table_exists", "table_in_publication", "table_rows_estimate", "outboxes"} {
 		if _, ok := r[key]; !ok {
 			t.Errorf("JSON lacks key %q: %s", key, out)
 		}
@@ -388,5 +390,51 @@ func checkUnmet(t *testing.T, url, cause string) {
 	code = cli([]string{"run", "--postgres-url", url, "--http-addr", "", "--kafka-brokers", "127.0.0.1:1"}, &runOut, &runErr)
 	if code != 1 || !strings.Contains(runErr.String(), strings.ReplaceAll(cause, `"`, `\"`)) {
 		t.Errorf("run: exit %d, want 1 and %q\n%s", code, cause, runErr.String())
+	}
+}
+
+// TestStatusManyOutboxes: with a pattern in --table, status lists every
+// table it matches, says which the publication misses and how to add it,
+// and sums them up in the table keys; with --metrics-url it reads each
+// one's events streamed and last event from a streamer's /metrics.
+func TestStatusManyOutboxes(t *testing.T) {
+	t.Parallel()
+	url, slot := statusDatabase(t)
+	const cols = `(id bigserial, aggregate_type text, aggregate_id text, event_type text, payload jsonb)`
+	testenv.Exec(t, url, `CREATE SCHEMA so_a; CREATE SCHEMA so_b; CREATE TABLE so_a.outbox `+cols+`; CREATE TABLE so_b.outbox `+cols+`;
+		CREATE PUBLICATION so FOR TABLE so_a.outbox WITH (publish = 'insert')`)
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "# TYPE cdc_outbox_outbox_events_total counter\ncdc_outbox_outbox_events_total{outbox=\"so_a.outbox\"} 42\n"+
+			"cdc_outbox_outbox_last_event_timestamp_seconds{outbox=\"so_a.outbox\"} 1.7960832e+09\n")
+	}))
+	defer metrics.Close()
+	args := []string{"--postgres-url", url, "--slot", slot, "--publication", "so", "--table", "so_*.outbox", "--metrics-url", metrics.URL}
+	code, out, errOut := status(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"table: so_*.outbox", "outboxes: 2", "so_a.outbox: in publication yes, rows (estimate) unknown (never analyzed), streamed 42, last event 2026-12-01T00:00:00Z",
+		"so_b.outbox: in publication no", `ALTER PUBLICATION "so" ADD TABLE "so_b"."outbox"`} {
+		if !strings.Contains(squash(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	_, out, _ = status(t, append(args, "--json")...)
+	var r struct {
+		TableExists        bool `json:"table_exists"`
+		TableInPublication bool `json:"table_in_publication"`
+		Outboxes           []struct {
+			Table          string `json:"table"`
+			InPublication  bool   `json:"in_publication"`
+			EventsStreamed int64  `json:"events_streamed"`
+			LastEvent      string `json:"last_event"`
+		} `json:"outboxes"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.TableExists || r.TableInPublication || len(r.Outboxes) != 2 || r.Outboxes[0].EventsStreamed != 42 || r.Outboxes[1].EventsStreamed != -1 ||
+		r.Outboxes[1].InPublication || r.Outboxes[1].LastEvent != "" {
+		t.Errorf("JSON: %s", out)
 	}
 }

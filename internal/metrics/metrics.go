@@ -31,6 +31,15 @@
 //	cdc_outbox_lost_history_total               counter   times Kafka was found to hold events of WAL the server no longer has (a failover past the standby's WAL, a restore)
 //	cdc_outbox_build_info{version,revision,goversion} gauge 1
 //
+// Per outbox table, when a stream carries several (one series per table
+// streamed; the latency histograms stay per stream, whose tables share one
+// slot, one decoder and one producer):
+//
+//	cdc_outbox_outbox_events_total{outbox}               counter   events of the table acknowledged by Kafka
+//	cdc_outbox_outbox_bad_events_total{outbox,action}    counter   its bad events: failed or dead_lettered
+//	cdc_outbox_outbox_last_event_timestamp_seconds{outbox} gauge   commit time of its last acknowledged event; 0 before the first
+//	cdc_outbox_outboxes_unpublished                      gauge     tables matching an outbox pattern that the publication does not publish wholly
+//
 // Exactly-once delivery (zero in at-least-once):
 //
 //	cdc_outbox_kafka_transactions_total{outcome}     counter   Kafka transactions: committed or aborted
@@ -78,9 +87,20 @@ type Sources struct {
 	// Skipped counts the changes not published, by reason (the label
 	// values: update, delete, truncate, other_table, other_prefix).
 	Skipped map[string]func() float64
+	// Outboxes are the outbox tables streamed, with their counts.
+	Outboxes func() []Outbox
 	// Ready says whether the streamer streams from PostgreSQL with Kafka
 	// reachable, and if not, what is missing.
 	Ready func() (ok bool, why string)
+}
+
+// Outbox is one outbox table's counts, for the per-outbox metrics.
+type Outbox struct {
+	Name         string // schema.table: the outbox label
+	Events       uint64
+	Failed       uint64
+	DeadLettered uint64
+	Last         time.Time // zero before the first event
 }
 
 // Build identifies the binary.
@@ -105,6 +125,7 @@ type Metrics struct {
 	receiveLatency  prometheus.Histogram
 	slotRetained    prometheus.Gauge
 	slotActive      prometheus.Gauge
+	unpublished     prometheus.Gauge
 	slotWALStatus   *prometheus.GaugeVec
 	slotFailover    prometheus.Gauge
 	failoverReady   prometheus.Gauge
@@ -182,6 +203,9 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		slotActive: f.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_outbox_slot_active", Help: "1 while a process streams from the replication slot.",
 		}),
+		unpublished: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_outboxes_unpublished", Help: "Tables matching an outbox pattern that the publication does not publish wholly: their inserts are not streamed.",
+		}),
 		slotWALStatus: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cdc_outbox_slot_wal_status", Help: "1 for the replication slot's wal_status, 0 for the other values.",
 		}, []string{"status"}),
@@ -226,6 +250,9 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 			"kafka":    func() float64 { return float64(m.kafkaReconnects.Load()) },
 		},
 	})
+	if src.Outboxes != nil {
+		reg.MustRegister(outboxCollector(src.Outboxes))
+	}
 	f.NewCounterFunc(prometheus.CounterOpts{
 		Name: "cdc_outbox_transactions_total", Help: "Transactions fully confirmed to PostgreSQL.",
 	}, src.Transactions)
@@ -287,6 +314,55 @@ func (f *funcs) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
 func (f *funcs) Collect(ch chan<- prometheus.Metric) {
 	for label, fn := range f.series {
 		ch <- prometheus.MustNewConstMetric(f.desc, f.kind, fn(), label)
+	}
+}
+
+var (
+	outboxEvents = prometheus.NewDesc("cdc_outbox_outbox_events_total", "Events of the outbox table acknowledged by Kafka.", []string{"outbox"}, nil)
+	outboxBad    = prometheus.NewDesc("cdc_outbox_outbox_bad_events_total", "Events of the outbox table that could not be published: failed (stopped the stream) or dead_lettered.",
+		[]string{"outbox", "action"}, nil)
+	outboxLast = prometheus.NewDesc("cdc_outbox_outbox_last_event_timestamp_seconds", "Commit time of the outbox table's last event acknowledged by Kafka, as a Unix time; 0 before the first.",
+		[]string{"outbox"}, nil)
+)
+
+// outboxCollector is the per-outbox metrics, read at scrape time from the
+// pipeline's counts: the tables come and go while streaming.
+type outboxCollector func() []Outbox
+
+func (outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- outboxEvents
+	ch <- outboxBad
+	ch <- outboxLast
+}
+
+func (c outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	// A table dropped and created again under its name is two tables of
+	// one name: one series, their sums.
+	byName := map[string]*Outbox{}
+	var order []string
+	for _, o := range c() {
+		if s, ok := byName[o.Name]; ok {
+			s.Events += o.Events
+			s.Failed += o.Failed
+			s.DeadLettered += o.DeadLettered
+			if o.Last.After(s.Last) {
+				s.Last = o.Last
+			}
+			continue
+		}
+		byName[o.Name] = &o
+		order = append(order, o.Name)
+	}
+	for _, name := range order {
+		o := byName[name]
+		ch <- prometheus.MustNewConstMetric(outboxEvents, prometheus.CounterValue, float64(o.Events), o.Name)
+		ch <- prometheus.MustNewConstMetric(outboxBad, prometheus.CounterValue, float64(o.Failed), o.Name, "failed")
+		ch <- prometheus.MustNewConstMetric(outboxBad, prometheus.CounterValue, float64(o.DeadLettered), o.Name, "dead_lettered")
+		last := 0.0
+		if !o.Last.IsZero() {
+			last = float64(o.Last.UnixNano()) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(outboxLast, prometheus.GaugeValue, last, o.Name)
 	}
 }
 
@@ -372,6 +448,10 @@ func (m *Metrics) SlotFailover(failover, ready bool, standbys map[string]string)
 // StandbySlotsBlocking records how many slots of synchronized_standby_slots
 // hold the walsender back.
 func (m *Metrics) StandbySlotsBlocking(n int) { m.standbyBlocking.Set(float64(n)) }
+
+// Unpublished records how many tables matching an outbox pattern the
+// publication does not publish wholly.
+func (m *Metrics) Unpublished(tables int) { m.unpublished.Set(float64(tables)) }
 
 // Kafka records whether the broker answers; a false→true change after the
 // first success counts as a reconnect.

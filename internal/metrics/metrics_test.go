@@ -32,6 +32,15 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 		Oldest:              func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
 		Checkpoint:          fixed(1200),
 		SkippedTransactions: fixed(4),
+		Outboxes: func() []Outbox {
+			// Two tables of one name (dropped and created again) are one
+			// series.
+			return []Outbox{
+				{Name: "svc_a.outbox", Events: 5, DeadLettered: 1, Last: time.Date(2026, 12, 1, 0, 0, 9, 500_000_000, time.UTC)},
+				{Name: "svc_b.outbox", Events: 2},
+				{Name: "svc_b.outbox", Events: 1, Failed: 1, Last: time.Date(2026, 12, 1, 0, 0, 8, 0, time.UTC)},
+			}
+		},
 		Skipped: map[string]func() float64{
 			"update": fixed(0), "delete": fixed(5), "truncate": fixed(0), "other_table": fixed(0), "other_prefix": fixed(3),
 		},
@@ -62,6 +71,7 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.StandbySlotsBlocking(1)
 	m.Kafka(true, false, false)
 	m.TxCommitted(10, 30*time.Millisecond)
+	m.Unpublished(2)
 	m.TxCommitted(1, 2*time.Second)
 	m.TxAborted()
 	hooks := m.Hooks()
@@ -155,6 +165,23 @@ cdc_outbox_slot_wal_status{status="unreserved"} 0
 # HELP cdc_outbox_standby_slots_blocking Slots named in the primary's synchronized_standby_slots that hold the failover slot's walsender back (missing, logical, invalidated, or no standby streaming from them).
 # TYPE cdc_outbox_standby_slots_blocking gauge
 cdc_outbox_standby_slots_blocking 1
+# HELP cdc_outbox_outbox_bad_events_total Events of the outbox table that could not be published: failed (stopped the stream) or dead_lettered.
+# TYPE cdc_outbox_outbox_bad_events_total counter
+cdc_outbox_outbox_bad_events_total{action="dead_lettered",outbox="svc_a.outbox"} 1
+cdc_outbox_outbox_bad_events_total{action="dead_lettered",outbox="svc_b.outbox"} 0
+cdc_outbox_outbox_bad_events_total{action="failed",outbox="svc_a.outbox"} 0
+cdc_outbox_outbox_bad_events_total{action="failed",outbox="svc_b.outbox"} 1
+# HELP cdc_outbox_outbox_events_total Events of the outbox table acknowledged by Kafka.
+# TYPE cdc_outbox_outbox_events_total counter
+cdc_outbox_outbox_events_total{outbox="svc_a.outbox"} 5
+cdc_outbox_outbox_events_total{outbox="svc_b.outbox"} 3
+# HELP cdc_outbox_outbox_last_event_timestamp_seconds Commit time of the outbox table's last event acknowledged by Kafka, as a Unix time; 0 before the first.
+# TYPE cdc_outbox_outbox_last_event_timestamp_seconds gauge
+cdc_outbox_outbox_last_event_timestamp_seconds{outbox="svc_a.outbox"} 1.7960832095e+09
+cdc_outbox_outbox_last_event_timestamp_seconds{outbox="svc_b.outbox"} 1.796083208e+09
+# HELP cdc_outbox_outboxes_unpublished Tables matching an outbox pattern that the publication does not publish wholly: their inserts are not streamed.
+# TYPE cdc_outbox_outboxes_unpublished gauge
+cdc_outbox_outboxes_unpublished 2
 # HELP cdc_outbox_status_updates_total Standby status updates sent to PostgreSQL (confirmed positions and keepalives).
 # TYPE cdc_outbox_status_updates_total counter
 cdc_outbox_status_updates_total 11
@@ -172,8 +199,11 @@ cdc_outbox_transactions_total 7
 	names := []string{
 		"cdc_outbox_bad_events_total", "cdc_outbox_build_info", "cdc_outbox_checkpoint_lsn", "cdc_outbox_confirmed_lsn", "cdc_outbox_connected",
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
-		"cdc_outbox_kafka_transactions_total", "cdc_outbox_lag_seconds", "cdc_outbox_lost_history_total", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
-		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready", "cdc_outbox_slot_failover_standby", "cdc_outbox_standby_slots_blocking",
+		"cdc_outbox_kafka_transactions_total", "cdc_outbox_lag_seconds", "cdc_outbox_lost_history_total", "cdc_outbox_outbox_bad_events_total",
+		"cdc_outbox_outbox_events_total", "cdc_outbox_outbox_last_event_timestamp_seconds", "cdc_outbox_outboxes_unpublished",
+		"cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn", "cdc_outbox_reconnects_total",
+		"cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
+		"cdc_outbox_slot_failover_standby", "cdc_outbox_standby_slots_blocking",
 		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
 		"cdc_outbox_transactions_skipped_total", "cdc_outbox_transactions_total",
 	}

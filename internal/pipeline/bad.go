@@ -24,12 +24,23 @@ import (
 // A message's dead-letter record holds its content as it came.
 func (p *Pipeline) bad(ev *decoder.Event, be *BadEventError) error {
 	be.Message = ev.Kind == decoder.KindMessage
+	if be.Table == "" && ev.Relation != nil {
+		be.Table = ev.Relation.Namespace + "." + ev.Relation.Name
+		if o := p.reg.byRel[ev.Relation.ID]; o != nil {
+			be.Table = o.Table()
+		}
+	}
 	if p.cfg.OnBadEvent == Fail {
 		kind := KindRow
 		if be.Message {
 			kind = KindMessage
 		}
 		p.obs.Bad("failed", kind)
+		if ev.Relation != nil {
+			if o := p.reg.byRel[ev.Relation.ID]; o != nil {
+				o.failed.Add(1)
+			}
+		}
 		return be
 	}
 	pd := p.newPending(be.LSN, ev.Relation)
@@ -80,12 +91,18 @@ type deadLetter struct {
 // Config.MaxRecordBytes (JSON escaping can make a value several times
 // longer).
 func (p *Pipeline) deadLetterRecord(pd *pending, id string, lsn pglogrepl.LSN, reason string, value func(limit int) []byte) {
+	// The row's outbox's source; the messages' source (p.mapper's) for a
+	// message or a row no outbox can be told for.
+	source := p.mapper.Source()
+	if pd.outbox != nil {
+		source = pd.outbox.mapper.Source()
+	}
 	if pd.rel != nil {
 		// The table as named when the row was written.
-		pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), pd.rel.Namespace+"."+pd.rel.Name, p.mapper.Source(), reason, p.cfg.MaxRecordBytes, value)
+		pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), pd.rel.Namespace+"."+pd.rel.Name, source, reason, p.cfg.MaxRecordBytes, value)
 	} else {
 		// A message: its prefix instead of a table.
-		pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), "", p.mapper.Source(), reason, p.cfg.MaxRecordBytes-len(HeaderMessagePrefix)-len(p.cfg.MessagePrefix)-8, value)
+		pd.rec = DeadLetterRecord(p.cfg.DeadLetterTopic, id, lsn.String(), "", source, reason, p.cfg.MaxRecordBytes-len(HeaderMessagePrefix)-len(p.cfg.MessagePrefix)-8, value)
 		pd.rec.Headers = append(pd.rec.Headers, kgo.RecordHeader{Key: HeaderMessagePrefix, Value: []byte(p.cfg.MessagePrefix)})
 	}
 	pd.size = RecordSize(&pd.rec)

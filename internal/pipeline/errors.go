@@ -26,6 +26,10 @@ type BadEventError struct {
 	// nobody can correct: only the configuration or the policy gets the
 	// stream past it.
 	Message bool
+	// Table is the outbox table the row is of, or the relation it was
+	// written to when no outbox can be told; "" when unknown and for a
+	// message.
+	Table string
 	// Err is why: a *mapping.BadEventError (the row breaks the mapping), a
 	// *TooLargeError, an *UnmappedError, a *RefusedError (the broker
 	// refused the record on its own), or a *NonTransactionalError.
@@ -36,6 +40,9 @@ func (e *BadEventError) Error() string {
 	id := e.EventID
 	if id == "" {
 		id = "(no id)"
+	}
+	if e.Table != "" {
+		return fmt.Sprintf("bad event %s at LSN %s in table %s: %s", id, e.LSN, e.Table, cause(e.Err))
 	}
 	return fmt.Sprintf("bad event %s at LSN %s: %s", id, e.LSN, cause(e.Err))
 }

@@ -3,8 +3,10 @@
 // their acknowledgements reported to the checkpoint.
 //
 // It owns the per-event decisions: which transaction a record belongs to,
-// which relations are the outbox (asking the catalog about each relation the
-// stream describes that is not yet known as the outbox), what happens to a
+// which relations are an outbox's and which outbox's (asking the catalog
+// about each relation the stream describes that is not yet known as an
+// outbox's, and keeping the answer in the registry of the stream's outboxes,
+// outboxes.go, with each one's mapping and source), what happens to a
 // bad event (stop, or dead-letter by explicit policy), and how much may be
 // in flight before reading pauses. It must never drop an
 // event silently, never let the checkpoint pass an event that went nowhere,
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +41,11 @@ const (
 
 // Config is the pipeline's share of the streamer's configuration.
 type Config struct {
+	// Mapping is the outbox's mapping; Outboxes, when set, are several
+	// outboxes' instead, in the catalog's order of entries (decoder.Outbox
+	// Entry). An empty Source is the table's identity.
 	Mapping           mapping.Config
+	Outboxes          []mapping.Config
 	OnBadEvent        string // Fail or DeadLetter
 	DeadLetterTopic   string
 	MaxInflightEvents int
@@ -47,6 +54,10 @@ type Config struct {
 	// those are published as events, messages of other prefixes passed
 	// over. Empty: every message is passed over.
 	MessagePrefix string
+	// MessageSource is the source header of the events that come as
+	// messages, which belong to no table; they are mapped with the first
+	// outbox's settings otherwise.
+	MessageSource string
 	// MaxRecordBytes is the largest record the broker accepts
 	// (message.max.bytes); larger rows are bad events before they are sent.
 	MaxRecordBytes int
@@ -64,7 +75,7 @@ type Config struct {
 // mapped and what to do. An error wrapping replication.ErrCatalog makes the
 // stream read the transaction again on a new connection.
 type Catalog interface {
-	Classify(rel *decoder.Relation) (role decoder.Role, why string, err error)
+	Classify(rel *decoder.Relation) (role decoder.Role, outbox decoder.Outbox, why string, err error)
 }
 
 // Producer is the sink as the pipeline sees it: franz-go's Produce. It
@@ -99,6 +110,9 @@ type Pipeline struct {
 	cfg     Config
 	dec     *decoder.Decoder
 	catalog Catalog
+	reg     *registry
+	// mapper is the first outbox's, which names the event of a row no
+	// outbox can be told for (its id column is the likeliest).
 	mapper  *mapping.Mapper
 	ckpt    *checkpoint.Tracker
 	sink    Producer
@@ -109,7 +123,8 @@ type Pipeline struct {
 	// unmapped says, for each relation the catalog could not map, why.
 	unmapped map[uint32]string
 
-	cols []mapping.Column // reused for every insert
+	cols []mapping.Column // reused for every unmapped insert and message, in mapper's order
+	idx  []int            // mapper's columns in the decoder's
 	// lone is set while a non-transactional message's dead-letter record
 	// is sent (replication goroutine only).
 	lone bool
@@ -199,7 +214,21 @@ func (noObserver) LostHistory()                {}
 
 // New builds a pipeline that produces to sink; obs may be nil.
 func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, obs Observer, log *slog.Logger) (*Pipeline, error) {
-	m, err := mapping.New(cfg.Mapping)
+	entries := cfg.Outboxes
+	if len(entries) == 0 {
+		entries = []mapping.Config{cfg.Mapping}
+	}
+	reg, err := newRegistry(entries)
+	if err != nil {
+		return nil, err
+	}
+	// mapper maps messages (and names a row no outbox can be told for):
+	// the first outbox's settings, with the messages' source.
+	first := entries[0]
+	if cfg.MessageSource != "" {
+		first.Source = cfg.MessageSource
+	}
+	m, err := mapping.New(first)
 	if err != nil {
 		return nil, err
 	}
@@ -215,22 +244,25 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 	if obs == nil {
 		obs = noObserver{}
 	}
-	wanted := m.Columns()
 	p := &Pipeline{
 		cfg:      cfg,
-		dec:      decoder.New(wanted),
+		dec:      decoder.New(reg.wanted),
 		catalog:  catalog,
+		reg:      reg,
 		mapper:   m,
 		ckpt:     ckpt,
 		sink:     sink,
 		log:      log.With("component", "pipeline"),
 		unmapped: make(map[uint32]string),
-		cols:     make([]mapping.Column, len(wanted)),
+		cols:     make([]mapping.Column, len(m.Columns())),
 		room:     make(chan struct{}, 1),
 		failed:   make(chan error, 1),
 		obs:      obs,
 	}
 	p.promise = p.ack
+	for _, c := range m.Columns() {
+		p.idx = append(p.idx, slices.Index(reg.wanted, c))
+	}
 	if cfg.MessagePrefix != "" {
 		p.dec.Messages(cfg.MessagePrefix)
 	}
@@ -268,6 +300,7 @@ type pending struct {
 	commitTime      int64             // unix nanoseconds, for latency
 	seq             uint64            // production order
 	rel             *decoder.Relation // the row's relation, named in a dead-letter record; nil for a message
+	outbox          *outbox           // the row's outbox; nil for a message or when none can be told
 	// dead is set when the record is a dead-letter record: what it sets
 	// aside, logged once the broker has it.
 	dead *deadLetter
@@ -288,7 +321,11 @@ func (pd *pending) kind() string {
 }
 
 func (p *Pipeline) newPending(lsn pglogrepl.LSN, rel *decoder.Relation) *pending {
-	return &pending{Context: context.Background(), tx: p.tx, lsn: lsn, rel: rel}
+	pd := &pending{Context: context.Background(), tx: p.tx, lsn: lsn, rel: rel}
+	if rel != nil {
+		pd.outbox = p.reg.byRel[rel.ID]
+	}
+	return pd
 }
 
 // WAL handles one pgoutput message that starts at lsn.
@@ -390,9 +427,21 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 func (p *Pipeline) relation(ev *decoder.Event) error {
 	rel, prev := ev.Relation, ev.Replaced
 	if rel.Role != decoder.RoleOutbox {
-		role, why, err := p.catalog.Classify(rel)
+		role, ob, why, err := p.catalog.Classify(rel)
 		if err != nil {
 			return fmt.Errorf("relation %s.%s (OID %d): %w", rel.Namespace, rel.Name, rel.ID, err)
+		}
+		var isNew bool
+		if role == decoder.RoleOutbox {
+			// Registered before the role is assigned: an insert of a
+			// relation with RoleOutbox always finds its outbox.
+			var o *outbox
+			if o, isNew, err = p.reg.add(rel.ID, ob); err != nil {
+				return fmt.Errorf("relation %s.%s (OID %d): %w", rel.Namespace, rel.Name, rel.ID, err)
+			}
+			if isNew && o.OID == rel.ID {
+				p.log.Info("streaming a new outbox table", "table", o.Table(), "oid", o.OID, "source", o.source)
+			}
 		}
 		was := rel.Role
 		rel = p.dec.Assign(rel.ID, role)
@@ -408,6 +457,9 @@ func (p *Pipeline) relation(ev *decoder.Event) error {
 				"relation", rel.Namespace+"."+rel.Name, "oid", rel.ID, "is", why)
 		}
 	}
+	if o := p.reg.byRel[rel.ID]; rel.Role == decoder.RoleOutbox && o != nil {
+		p.checkContract(rel, o)
+	}
 	if rel.Role == decoder.RoleOutbox && prev != nil && (prev.Namespace != rel.Namespace || prev.Name != rel.Name) {
 		p.log.Info("a relation of the outbox was renamed or moved; streaming goes on: cdc-outbox follows the relation, not its name",
 			"oid", rel.ID, "from", prev.Namespace+"."+prev.Name, "to", rel.Namespace+"."+rel.Name)
@@ -420,7 +472,7 @@ func (p *Pipeline) relation(ev *decoder.Event) error {
 // confirmed position cannot pass it unless it reached the dead-letter topic.
 func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	rel := ev.Relation
-	p.fill(ev)
+	fill(ev, rel, p.idx, p.cols)
 	why, ok := p.unmapped[rel.ID]
 	if !ok {
 		why = "it was never looked up in the catalog" // cannot happen: every Relation message is
@@ -429,22 +481,29 @@ func (p *Pipeline) unmappedInsert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 		Err: &UnmappedError{Relation: rel.Namespace + "." + rel.Name, OID: rel.ID, Why: why}})
 }
 
-// fill puts an insert's wanted values into p.cols.
-func (p *Pipeline) fill(ev *decoder.Event) {
-	rel := ev.Relation
-	for i, v := range ev.Values {
-		c := &p.cols[i]
+// fill puts an insert's values of the columns idx picks from the decoder's
+// into cols.
+func fill(ev *decoder.Event, rel *decoder.Relation, idx []int, cols []mapping.Column) {
+	for i, w := range idx {
+		v := ev.Values[w]
+		c := &cols[i]
 		c.Data, c.Null, c.Missing, c.TypeOID = v.Data, v.Null(), v.Missing(), 0
-		if j := rel.Wanted[i]; j >= 0 {
+		if j := rel.Wanted[w]; j >= 0 {
 			c.TypeOID = rel.Columns[j].TypeOID
 		}
 	}
 }
 
 func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
-	p.fill(ev)
 	pd := p.newPending(lsn, ev.Relation)
-	if err := p.mapper.Map(p.cols, &pd.rec); err != nil {
+	o := pd.outbox
+	if o == nil {
+		// Cannot happen: a relation is given RoleOutbox only once its
+		// outbox is registered.
+		return fmt.Errorf("insert at LSN %s into relation %s.%s (OID %d), an outbox's whose outbox is not registered", lsn, ev.Relation.Namespace, ev.Relation.Name, ev.Relation.ID)
+	}
+	fill(ev, ev.Relation, o.idx, o.cols)
+	if err := o.mapper.Map(o.cols, &pd.rec); err != nil {
 		var me *mapping.BadEventError
 		if !errors.As(err, &me) {
 			return fmt.Errorf("map the row at LSN %s: %w", lsn, err)
@@ -585,6 +644,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 	case pd.dead != nil:
 		// Nowhere left to put the event.
 		p.obs.Bad("failed", pd.kind())
+		pd.countFailed()
 		p.fail(&DeadLetterError{EventID: pd.dead.id, LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, DeadLetter: true, Err: err}})
 	case recordRefused(err):
 		p.refused(pd, err)
@@ -593,6 +653,7 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 		// exist): every record would fail alike. The transaction never
 		// completes, so the confirmed position stays before it; stop.
 		p.obs.Bad("failed", pd.kind())
+		pd.countFailed()
 		p.fail(&ProduceError{EventID: eventID(r), LSN: pd.lsn, Err: &RefusedError{Topic: r.Topic, Err: err}})
 	}
 }
@@ -601,6 +662,12 @@ func (p *Pipeline) ack(r *kgo.Record, err error) {
 func (p *Pipeline) acked(pd *pending) {
 	if p.isolating.Load() {
 		p.ackedWhileIsolating(pd)
+	}
+	if o := pd.outbox; o != nil && pd.dead != nil {
+		o.deadLettered.Add(1)
+	} else if o != nil {
+		o.events.Add(1)
+		o.last.Store(pd.commitTime)
 	}
 	if pd.dead != nil {
 		p.obs.Bad("dead_lettered", pd.kind())
@@ -614,6 +681,13 @@ func (p *Pipeline) acked(pd *pending) {
 	p.inflight.Add(-1)
 	p.inflightBytes.Add(-pd.size)
 	p.wake()
+}
+
+// countFailed counts a record that stopped the stream as its outbox's.
+func (pd *pending) countFailed() {
+	if pd.outbox != nil {
+		pd.outbox.failed.Add(1)
+	}
 }
 
 // wake tells a paused stream to ask Full again.

@@ -47,6 +47,7 @@ func (p *Pipeline) refused(pd *pending, err error) {
 	id := eventID(&pd.rec)
 	if p.cfg.OnBadEvent == Fail {
 		p.obs.Bad("failed", pd.kind())
+		pd.countFailed()
 		p.fail(&BadEventError{EventID: id, LSN: pd.lsn, Err: &RefusedError{Topic: pd.rec.Topic, Err: err}})
 		return
 	}

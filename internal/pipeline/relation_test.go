@@ -23,16 +23,21 @@ func newFakeCatalog() *fakeCatalog {
 	return &fakeCatalog{roles: map[uint32]decoder.Role{1: decoder.RoleOutbox}}
 }
 
-func (c *fakeCatalog) Classify(rel *decoder.Relation) (decoder.Role, string, error) {
+func (c *fakeCatalog) Classify(rel *decoder.Relation) (decoder.Role, decoder.Outbox, string, error) {
 	c.asked = append(c.asked, rel.ID)
 	if c.err != nil {
-		return 0, "", c.err
+		return 0, decoder.Outbox{}, "", c.err
 	}
 	role := c.roles[rel.ID]
-	if role == decoder.RoleUnmapped {
-		return role, "it no longer exists (test)", nil
+	switch role {
+	case decoder.RoleUnmapped:
+		return role, decoder.Outbox{}, "it no longer exists (test)", nil
+	case decoder.RoleOutbox:
+		// Every relation of the outbox is relation 1's: a partition, or
+		// the table renamed.
+		return role, decoder.Outbox{OID: 1, Schema: "public", Name: "outbox"}, "test", nil
 	}
-	return role, "test", nil
+	return role, decoder.Outbox{}, "test", nil
 }
 
 // relationMsgAs describes relation id with the outbox's columns, under

@@ -18,13 +18,13 @@ import (
 
 func catalogFor(t *testing.T, url, table, publication string) *Catalog {
 	t.Helper()
-	name, err := pgname.Parse(table)
+	pattern, err := pgname.ParsePattern(table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := OpenCatalog(ctx, CatalogConfig{URL: url, Table: name, Publication: publication, Required: required, Timeout: 10 * time.Second})
+	c, err := OpenCatalog(ctx, CatalogConfig{URL: url, Outboxes: []CatalogOutbox{{Pattern: pattern, Required: required}}, Publication: publication, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +81,15 @@ func TestCatalogOutboxInsidePartitionedTable(t *testing.T) {
 	}
 
 	cat := catalogFor(t, url, "outbox", "via_root")
-	if role, why, err := cat.Classify(relationOf(t, url, "events")); err != nil || role != decoder.RoleUnmapped || !strings.Contains(why, "is a partition of") {
+	if role, _, why, err := cat.Classify(relationOf(t, url, "events")); err != nil || role != decoder.RoleUnmapped || !strings.Contains(why, "is a partition of") {
 		t.Errorf("the parent: %v %q %v", role, why, err)
 	}
-	if role, _, err := cat.Classify(relationOf(t, url, "outbox")); err != nil || role != decoder.RoleOutbox {
+	if role, _, _, err := cat.Classify(relationOf(t, url, "outbox")); err != nil || role != decoder.RoleOutbox {
 		t.Errorf("the outbox: %v %v", role, err)
 	}
 	// A sibling partition has the outbox's columns: it cannot be told
 	// from a detached partition of the outbox.
-	if role, _, err := cat.Classify(relationOf(t, url, "other_events")); err != nil || role != decoder.RoleUnmapped {
+	if role, _, _, err := cat.Classify(relationOf(t, url, "other_events")); err != nil || role != decoder.RoleUnmapped {
 		t.Errorf("a sibling: %v %v", role, err)
 	}
 }
@@ -111,7 +111,7 @@ func TestCatalogInheritanceAndUnlogged(t *testing.T) {
 		t.Errorf("an inheritance child made after the publication: %+v: %s", c, c.Problem())
 	}
 	cat := catalogFor(t, url, "ob", "p")
-	if role, _, err := cat.Classify(relationOf(t, url, "ob_later")); err != nil || role != decoder.RoleOutbox {
+	if role, _, _, err := cat.Classify(relationOf(t, url, "ob_later")); err != nil || role != decoder.RoleOutbox {
 		t.Errorf("a grandchild: %v %v", role, err)
 	}
 
@@ -119,7 +119,7 @@ func TestCatalogInheritanceAndUnlogged(t *testing.T) {
 	// as a partitioned parent's would be, but unmapped all the same, having
 	// the outbox's columns.
 	child := catalogFor(t, url, "ob_child", "p")
-	if role, why, err := child.Classify(relationOf(t, url, "ob")); err != nil || role != decoder.RoleUnmapped || strings.Contains(why, "is a partition of") {
+	if role, _, why, err := child.Classify(relationOf(t, url, "ob")); err != nil || role != decoder.RoleUnmapped || strings.Contains(why, "is a partition of") {
 		t.Errorf("the parent of an inheriting outbox: %v %q %v", role, why, err)
 	}
 
@@ -143,26 +143,26 @@ func TestCatalogFollowsTheTable(t *testing.T) {
 
 	testenv.Exec(t, url, `CREATE SCHEMA archive; ALTER TABLE outbox SET SCHEMA archive; ALTER TABLE archive.outbox RENAME TO "Old Outbox"`)
 	for _, rel := range []*decoder.Relation{root, part} {
-		if role, why, err := cat.Classify(rel); err != nil || role != decoder.RoleOutbox {
+		if role, _, why, err := cat.Classify(rel); err != nil || role != decoder.RoleOutbox {
 			t.Errorf("%s after the move: %v %q %v", rel.Name, role, why, err)
 		}
 	}
-	if role, _, err := cat.Classify(orders); err != nil || role != decoder.RoleOther {
+	if role, _, _, err := cat.Classify(orders); err != nil || role != decoder.RoleOther {
 		t.Errorf("another table: %v %v", role, err)
 	}
 	// A new table under the old name is the outbox too: services write by
 	// name.
 	testenv.Exec(t, url, `CREATE TABLE public.outbox (`+outboxColumns+`)`)
-	if role, why, err := cat.Classify(relationOf(t, url, "public.outbox")); err != nil || role != decoder.RoleOutbox {
+	if role, _, why, err := cat.Classify(relationOf(t, url, "public.outbox")); err != nil || role != decoder.RoleOutbox {
 		t.Errorf("a new table under the old name: %v %q %v", role, why, err)
 	}
 	// Detached and dropped: the catalog cannot say any more.
 	testenv.Exec(t, url, `ALTER TABLE archive."Old Outbox" DETACH PARTITION outbox_1`)
-	if role, why, err := cat.Classify(part); err != nil || role != decoder.RoleUnmapped || !strings.Contains(why, "detached") {
+	if role, _, why, err := cat.Classify(part); err != nil || role != decoder.RoleUnmapped || !strings.Contains(why, "detached") {
 		t.Errorf("detached: %v %q %v", role, why, err)
 	}
 	testenv.Exec(t, url, `DROP TABLE outbox_1`)
-	if role, why, err := cat.Classify(part); err != nil || role != decoder.RoleUnmapped || !strings.Contains(why, "no longer exists") {
+	if role, _, why, err := cat.Classify(part); err != nil || role != decoder.RoleUnmapped || !strings.Contains(why, "no longer exists") {
 		t.Errorf("dropped: %v %q %v", role, why, err)
 	}
 }

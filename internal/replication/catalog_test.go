@@ -8,8 +8,6 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
-var outboxTable = pgname.Name{Schema: "public", Relation: "outbox"}
-
 var required = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload"}
 
 func described(namespace, name string, cols ...string) *decoder.Relation {
@@ -21,50 +19,81 @@ func described(namespace, name string, cols ...string) *decoder.Relation {
 }
 
 // TestClassify walks the table of what a relation the publication sent can
-// be. Only a relation that provably is not the outbox is another table; each
+// be. Only a relation that provably is not an outbox is another table; each
 // case that cannot be told is unmapped, with the fix in its reason.
 func TestClassify(t *testing.T) {
 	outboxCols := append(append([]string(nil), required...), "headers", "created_at")
-	exists := func(schema, name string) relationFacts {
-		return relationFacts{exists: true, name: pgname.Name{Schema: schema, Relation: name}}
+	node := func(oid uint32, schema, name, kind string) relNode {
+		return relNode{oid: oid, name: pgname.Name{Schema: schema, Relation: name}, kind: kind}
 	}
+	self := func(schema, name string) relNode { return node(16400, schema, name, "r") }
+	exists := func(schema, name string, up ...relNode) relationFacts {
+		return relationFacts{exists: true, name: pgname.Name{Schema: schema, Relation: name}, up: append([]relNode{self(schema, name)}, up...)}
+	}
+	one := []CatalogOutbox{{Pattern: pattern(t, "outbox"), Required: required}}
+	known := map[uint32]decoder.Outbox{16400: {Entry: 0, OID: 16400, Schema: "public", Name: "outbox"}}
+	elsewhere := map[uint32]decoder.Outbox{16399: {Entry: 0, OID: 16399, Schema: "public", Name: "outbox"}}
+	parentKnown := map[uint32]decoder.Outbox{16300: {Entry: 0, OID: 16300, Schema: "public", Name: "outbox"}}
 	for _, tc := range []struct {
-		name string
-		rel  *decoder.Relation
-		f    relationFacts
-		role decoder.Role
-		why  string
+		name     string
+		outboxes []CatalogOutbox
+		known    map[uint32]decoder.Outbox
+		rel      *decoder.Relation
+		f        relationFacts
+		role     decoder.Role
+		entry    int
+		table    uint32
+		why      string
 	}{
-		{"the outbox", described("public", "outbox", outboxCols...),
-			relationFacts{exists: true, name: outboxTable, outbox: true}, decoder.RoleOutbox, "the outbox table"},
-		{"the outbox, renamed since", described("public", "outbox", outboxCols...),
-			relationFacts{exists: true, name: pgname.Name{Schema: "archive", Relation: "Events"}, outbox: true}, decoder.RoleOutbox, `now archive."Events"`},
-		{"a partition", described("public", "outbox_2026_12", outboxCols...),
-			relationFacts{exists: true, name: pgname.Name{Schema: "public", Relation: "outbox_2026_12"}, outbox: true}, decoder.RoleOutbox, "partitions"},
-		{"named --table when written, renamed and detached since", described("public", "outbox", outboxCols...),
-			exists("public", "outbox_old"), decoder.RoleOutbox, "named public.outbox when its rows were written"},
-		{"named --table when written, dropped since", described("public", "outbox", outboxCols...),
-			relationFacts{}, decoder.RoleOutbox, "named public.outbox"},
-		{"a partition dropped since", described("public", "outbox_2025_01", outboxCols...),
-			relationFacts{}, decoder.RoleUnmapped, "publish_via_partition_root = true"},
-		{"a dropped table that never looked like the outbox", described("public", "orders", "id", "total"),
-			relationFacts{}, decoder.RoleUnmapped, "no longer exists"},
-		{"a partition detached since", described("public", "outbox_2025_01", outboxCols...),
-			exists("public", "outbox_2025_01"), decoder.RoleUnmapped, "attach it again and restart"},
-		{"another outbox in the publication", described("billing", "outbox", outboxCols...),
-			exists("billing", "outbox"), decoder.RoleUnmapped, "a publication of its own"},
-		{"a table the outbox is a partition of", described("public", "all_events", outboxCols...),
-			relationFacts{exists: true, name: pgname.Name{Schema: "public", Relation: "all_events"}, ancestor: true}, decoder.RoleUnmapped, "publication of its own"},
-		{"another table", described("public", "orders", "id", "total"),
-			exists("public", "orders"), decoder.RoleOther, "another table"},
-		{"another table with some of the outbox's columns", described("public", "audit", "id", "payload", "event_type"),
-			exists("public", "audit"), decoder.RoleOther, "another table"},
+		{"the outbox", one, known, described("public", "outbox", outboxCols...),
+			exists("public", "outbox"), decoder.RoleOutbox, 0, 16400, "the outbox table"},
+		{"the outbox, renamed since", one, known, described("public", "outbox", outboxCols...),
+			exists("archive", "Events"), decoder.RoleOutbox, 0, 16400, `now archive."Events"`},
+		{"a partition", one, parentKnown, described("public", "outbox_2026_12", outboxCols...),
+			exists("public", "outbox_2026_12", node(16300, "public", "outbox", "p")), decoder.RoleOutbox, 0, 16300, "partition"},
+		{"a partition of a table matching a pattern, not known yet", []CatalogOutbox{{Pattern: pattern(t, "tenant_*.outbox"), Required: required}}, nil,
+			described("tenant_7", "outbox_p1", outboxCols...),
+			exists("tenant_7", "outbox_p1", node(16300, "tenant_7", "outbox", "p")), decoder.RoleOutbox, 0, 16300, "partition"},
+		{"a new table matching the second pattern", []CatalogOutbox{{Pattern: pattern(t, "svc.outbox")}, {Pattern: pattern(t, "tenant_*.outbox")}}, nil,
+			described("tenant_9", "outbox", outboxCols...),
+			exists("tenant_9", "outbox"), decoder.RoleOutbox, 1, 16400, "the outbox table"},
+		{"a table matching no pattern, but a view of the name", one, nil, described("public", "outbox", outboxCols...),
+			relationFacts{exists: true, name: pgname.Name{Schema: "public", Relation: "x"}, up: []relNode{node(16400, "public", "x", "r"), node(1, "public", "outbox", "v")}},
+			decoder.RoleOutbox, 0, 16400, "named public.outbox when its rows were written"},
+		{"named --table when written, renamed and detached since", one, nil, described("public", "outbox", outboxCols...),
+			exists("public", "outbox_old"), decoder.RoleOutbox, 0, 16400, "named public.outbox when its rows were written"},
+		{"named --table when written, dropped since", one, nil, described("public", "outbox", outboxCols...),
+			relationFacts{}, decoder.RoleOutbox, 0, 16400, "named public.outbox"},
+		{"a partition dropped since", one, elsewhere, described("public", "outbox_2025_01", outboxCols...),
+			relationFacts{}, decoder.RoleUnmapped, -1, 0, "publish_via_partition_root = true"},
+		{"a dropped table that never looked like the outbox", one, elsewhere, described("public", "orders", "id", "total"),
+			relationFacts{}, decoder.RoleUnmapped, -1, 0, "no longer exists"},
+		{"a partition detached since", one, elsewhere, described("public", "outbox_2025_01", outboxCols...),
+			exists("public", "outbox_2025_01"), decoder.RoleUnmapped, -1, 0, "attach it again and restart"},
+		{"another outbox in the publication", one, elsewhere, described("billing", "outbox", outboxCols...),
+			exists("billing", "outbox"), decoder.RoleUnmapped, -1, 0, "a publication of its own"},
+		{"a table the outbox is a partition of", one, map[uint32]decoder.Outbox{16500: {OID: 16500}}, described("public", "all_events", outboxCols...),
+			relationFacts{exists: true, name: pgname.Name{Schema: "public", Relation: "all_events"}, up: []relNode{node(16400, "public", "all_events", "p")},
+				down: []relNode{node(16500, "public", "outbox", "r")}}, decoder.RoleUnmapped, -1, 0, "publication of its own"},
+		{"another table", one, elsewhere, described("public", "orders", "id", "total"),
+			exists("public", "orders"), decoder.RoleOther, -1, 0, "another table"},
+		{"another table with some of the outbox's columns", one, elsewhere, described("public", "audit", "id", "payload", "event_type"),
+			exists("public", "audit"), decoder.RoleOther, -1, 0, "another table"},
 	} {
-		role, why := classify(tc.rel, tc.f, outboxTable, required, "cdc_outbox")
-		if role != tc.role || !strings.Contains(why, tc.why) {
-			t.Errorf("%s: %v %q; want %v and a reason with %q", tc.name, role, why, tc.role, tc.why)
+		role, entry, table, why := classify(tc.rel, tc.f, tc.outboxes, tc.known, "cdc_outbox")
+		if role != tc.role || entry != tc.entry || table.OID != tc.table || !strings.Contains(why, tc.why) {
+			t.Errorf("%s: %v entry %d table %d %q; want %v, entry %d, table %d and a reason with %q", tc.name, role, entry, table.OID, why, tc.role, tc.entry, tc.table, tc.why)
 		}
 	}
+}
+
+func pattern(t *testing.T, s string) pgname.Pattern {
+	t.Helper()
+	p, err := pgname.ParsePattern(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestUncovered(t *testing.T) {
@@ -162,6 +191,28 @@ func TestCoverageProblem(t *testing.T) {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: %q lacks %q", tc.name, got, w)
 			}
+		}
+	}
+}
+
+// TestCreatePublication: one publication lists every outbox table, via the
+// partition root when one is partitioned, and none yet for a pattern that
+// matches nothing.
+func TestCreatePublication(t *testing.T) {
+	table := func(schema, name string, partitioned bool) Table {
+		return Table{Relation: Relation{Name: pgname.Name{Schema: schema, Relation: name}}, Partitioned: partitioned}
+	}
+	for _, tc := range []struct {
+		tables []Table
+		want   string
+	}{
+		{[]Table{table("public", "outbox", false)}, `CREATE PUBLICATION "p" FOR TABLE "public"."outbox" WITH (publish = 'insert')`},
+		{[]Table{table("a", "outbox", false), table("B", "outbox", true)},
+			`CREATE PUBLICATION "p" FOR TABLE "a"."outbox", "B"."outbox" WITH (publish = 'insert', publish_via_partition_root = true)`},
+		{nil, `CREATE PUBLICATION "p" WITH (publish = 'insert')`},
+	} {
+		if got := createPublication("p", tc.tables); got != tc.want {
+			t.Errorf("createPublication: %s\nwant %s", got, tc.want)
 		}
 	}
 }

@@ -8,8 +8,11 @@
 // (its partitions and inheritance children, the table renamed or moved),
 // whether a relation the stream describes provably is another table, and
 // whether the publication publishes every relation of the outbox, compared
-// by relation, not by name. The decisions are pure functions of the
-// catalog's answers, tested without a server.
+// by relation, not by name. A stream may carry several outboxes
+// (outboxes.go): the tables configured by name or matched by a pattern, at
+// start and as they appear, each told by Classify as a decoder.Outbox. The
+// decisions are pure functions of the catalog's answers, tested without a
+// server.
 //
 // Its queries are the streamer's catalog queries: Prepare (prepare.go), the
 // Monitor that reads the slot and the publication while streaming

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -217,4 +218,64 @@ func StreamIdentity(ctx context.Context, url, slot string) (string, error) {
 		return "", err
 	}
 	return system + "/" + database + "/" + slot, nil
+}
+
+// OutboxInspection is what the server says about one outbox table of a
+// stream of several: the table, what the publication publishes of it, and
+// its rows estimate (-1 when unknown).
+type OutboxInspection struct {
+	Table        Table
+	Coverage     Coverage // zero when the publication does not exist
+	RowsEstimate int64
+}
+
+// InspectOutboxes finds the tables the patterns name now (a named table
+// that does not exist is left out) and reads each one's coverage by
+// publication, when it exists, and its rows estimate. A failure to connect
+// is a *ConnectError.
+func InspectOutboxes(ctx context.Context, url, publication string, ps []pgname.Pattern) ([]OutboxInspection, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, NewConnectError(url, err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	var found []OutboxTable
+	for _, p := range ps {
+		// One at a time: a named table that is missing is no reason not
+		// to list the others.
+		ts, err := FindOutboxes(ctx, conn, []pgname.Pattern{p})
+		switch {
+		case errors.Is(err, ErrNoTable), errors.Is(err, ErrNotTable):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		for _, t := range ts {
+			if !slices.ContainsFunc(found, func(f OutboxTable) bool { return f.OID == t.OID }) {
+				found = append(found, t)
+			}
+		}
+	}
+	pub, err := readPublication(ctx, conn, publication, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]OutboxInspection, 0, len(found))
+	for _, t := range found {
+		oi := OutboxInspection{Table: t.Table}
+		if oi.RowsEstimate, err = rowsEstimate(ctx, conn, t.Table); err != nil {
+			return nil, err
+		}
+		if pub.Exists {
+			if oi.Coverage, err = Cover(ctx, conn, publication, t.Table); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, oi)
+	}
+	return out, nil
 }

@@ -26,6 +26,9 @@ type SlotObserver interface {
 	// StandbySlotsBlocking: how many slots synchronized_standby_slots names
 	// hold the failover slot's walsender back (BlockingSlot).
 	StandbySlotsBlocking(n int)
+	// Unpublished: how many tables matching an outbox pattern the
+	// publication does not publish wholly; their inserts are not streamed.
+	Unpublished(tables int)
 }
 
 // MonitorConfig says what a Monitor watches.
@@ -33,12 +36,21 @@ type MonitorConfig struct {
 	URL         string // a normal connection's; the stream's database
 	Slot        string
 	Publication string
-	// Table is the outbox table's configured name, and Outbox the table
-	// found by it at start: the publication must publish both, if they
-	// differ.
-	Table    pgname.Name
-	Outbox   Relation
+	// Outboxes are the outbox tables configured by name, each with the
+	// table found by it at start: the publication must publish both, if
+	// they differ.
+	Outboxes []MonitorOutbox
+	// Patterns are the outboxes configured by a pattern: the publication
+	// must publish every table that matches one now.
+	Patterns []pgname.Pattern
 	Interval time.Duration // between two reads
+}
+
+// MonitorOutbox is an outbox table's configured name, and the table found by
+// it at start.
+type MonitorOutbox struct {
+	Table  pgname.Name
+	Outbox Relation
 }
 
 // Monitor reads the slot's state on a normal connection every interval:
@@ -56,10 +68,11 @@ type Monitor struct {
 
 	// Run's goroutine's alone:
 	conn       *pgx.Conn
-	walStatus  string // as last read
-	seenActive bool   // the slot has read active at least once
-	readiness  string // failover readiness as last logged
-	blocking   string // the blocking standby slots as last logged
+	walStatus  string                 // as last read
+	seenActive bool                   // the slot has read active at least once
+	readiness  string                 // failover readiness as last logged
+	blocking   string                 // the blocking standby slots as last logged
+	matched    map[uint32]OutboxTable // tables matching a pattern, as last read
 }
 
 // NewMonitor returns a monitor; Run starts it.
@@ -212,17 +225,64 @@ func (m *Monitor) read(ctx context.Context) (SlotInfo, error) {
 	logWALStatus(m.log, m.walStatus, info)
 	m.walStatus = info.WALStatus
 
-	problem, err := CheckPublication(ctx, m.conn, m.cfg.Publication, m.cfg.Outbox, m.cfg.Table)
+	published := true
+	for _, o := range m.cfg.Outboxes {
+		problem, err := CheckPublication(ctx, m.conn, m.cfg.Publication, o.Outbox, o.Table)
+		if err != nil {
+			return info, err
+		}
+		if problem != "" {
+			published = false
+			m.log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
+				"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
+				"problem", problem, "table", o.Table.String(), "publication", m.cfg.Publication)
+		}
+	}
+	m.published.Store(published)
+	return info, m.readPatterns(ctx)
+}
+
+// readPatterns checks that the publication publishes every table that
+// matches an outbox pattern now. A table created while the publication's
+// membership does not keep up (no event trigger, or one that missed it) is
+// a gap: its inserts are not streamed until it is added. It is a warning at
+// every read and a metric, never silence.
+func (m *Monitor) readPatterns(ctx context.Context) error {
+	if len(m.cfg.Patterns) == 0 {
+		return nil
+	}
+	found, err := FindOutboxes(ctx, m.conn, m.cfg.Patterns)
 	if err != nil {
-		return info, err
+		return err
 	}
-	m.published.Store(problem == "")
-	if problem != "" {
-		m.log.Error("the outbox table is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
-			"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
-			"problem", problem, "table", m.cfg.Table.String(), "publication", m.cfg.Publication)
+	unpublished := 0
+	now := map[uint32]OutboxTable{}
+	for _, t := range found {
+		now[t.OID] = t
 	}
-	return info, nil
+	for oid, t := range m.matched {
+		if _, ok := now[oid]; !ok {
+			// Its rows committed before the drop are still in the WAL
+			// and streamed; the other outboxes go on.
+			m.log.Info("an outbox table was dropped (or renamed so that it matches no pattern): the other outboxes stream on",
+				"table", t.Name.String(), "oid", oid, "pattern", m.cfg.Patterns[t.Entry].String())
+		}
+	}
+	m.matched = now
+	for _, t := range found {
+		cov, err := Cover(ctx, m.conn, m.cfg.Publication, t.Table)
+		if err != nil {
+			return err
+		}
+		if t.Unlogged || !cov.Complete() {
+			unpublished++
+			m.log.Warn("a table matching an outbox pattern is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
+				"Fix it as the problem says (or install sql/outbox-membership.sql, which adds matching tables as they are created), then re-publish the rows inserted meanwhile (cdc-outbox republish)",
+				"problem", cov.Problem(), "table", t.Name.String(), "pattern", m.cfg.Patterns[t.Entry].String(), "publication", m.cfg.Publication)
+		}
+	}
+	m.obs.Unpublished(unpublished)
+	return nil
 }
 
 func (m *Monitor) close() {

@@ -53,6 +53,8 @@ type slotState struct {
 	active    bool
 	retained  int64
 	walStatus string
+	// unpublished is what Unpublished was told last.
+	unpublished int
 }
 
 func (s *slotState) Slot(active bool, retained int64, walStatus string) {
@@ -62,6 +64,7 @@ func (s *slotState) Slot(active bool, retained int64, walStatus string) {
 
 func (s *slotState) SlotFailover(bool, bool, map[string]string) {}
 func (s *slotState) StandbySlotsBlocking(int)                   {}
+func (s *slotState) Unpublished(tables int)                     { s.unpublished = tables }
 
 // TestMonitor reads a real slot and publication: the slot's state reaches
 // the observer, a publication that loses the outbox makes it unpublished
@@ -81,7 +84,7 @@ func TestMonitor(t *testing.T) {
 
 	var obs slotState
 	var logs bytes.Buffer
-	m := NewMonitor(MonitorConfig{URL: url, Slot: slot, Publication: "p", Table: table, Outbox: tab.Relation}, &obs, slog.New(slog.NewTextHandler(&logs, nil)))
+	m := NewMonitor(MonitorConfig{URL: url, Slot: slot, Publication: "p", Outboxes: []MonitorOutbox{{Table: table, Outbox: tab.Relation}}}, &obs, slog.New(slog.NewTextHandler(&logs, nil)))
 	defer m.close()
 	ctx := testenv.Context(t)
 
@@ -115,6 +118,7 @@ type activeState struct {
 func (s *activeState) Slot(active bool, _ int64, _ string)        { s.active.Store(active); s.calls.Add(1) }
 func (s *activeState) SlotFailover(bool, bool, map[string]string) {}
 func (s *activeState) StandbySlotsBlocking(int)                   {}
+func (s *activeState) Unpublished(int)                            {}
 
 // TestMonitorSeesStreamingSoon: the monitor's first read comes while the
 // stream is still connecting and finds the slot inactive; it reads again
@@ -135,7 +139,7 @@ func TestMonitorSeesStreamingSoon(t *testing.T) {
 	}
 
 	var obs activeState
-	m := NewMonitor(MonitorConfig{URL: url, Slot: slot, Publication: "p", Table: table, Outbox: tab.Relation, Interval: time.Minute},
+	m := NewMonitor(MonitorConfig{URL: url, Slot: slot, Publication: "p", Outboxes: []MonitorOutbox{{Table: table, Outbox: tab.Relation}}, Interval: time.Minute},
 		&obs, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(testenv.Context(t))
 	done := make(chan struct{})

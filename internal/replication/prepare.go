@@ -17,7 +17,9 @@ import (
 
 // Setup names what streaming reads from and what Prepare may create.
 type Setup struct {
-	Table             pgname.Name
+	// Outboxes are the outbox tables' names or patterns: each name must be
+	// a table, a pattern may match none yet.
+	Outboxes          []pgname.Pattern
 	Publication       string
 	Slot              string
 	CreatePublication bool
@@ -78,18 +80,11 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 		return Prepared{}, errors.Join(unmet, err)
 	}
 
-	t, err := FindTable(ctx, conn, s.Table)
-	if errors.Is(err, ErrNoTable) {
-		return Prepared{}, &Error{Err: ErrNoTable, Table: s.Table, msg: fmt.Sprintf("table %s does not exist", s.Table)}
-	}
+	found, err := FindOutboxes(ctx, conn, s.Outboxes)
 	if err != nil {
 		return Prepared{}, err
 	}
-	if t.Unlogged {
-		return Prepared{}, unloggedError(t)
-	}
-
-	if err := preparePublication(ctx, conn, s, t, log); err != nil {
+	if err := preparePublication(ctx, conn, s, found, log); err != nil {
 		return Prepared{}, err
 	}
 	return prepareSlot(ctx, conn, url, s, log)
@@ -136,17 +131,59 @@ func unloggedError(t Table) error {
 // becomes of the partition they were written to (detached, dropped) before
 // they are streamed. (The option means nothing for a table that is not
 // partitioned, and PostgreSQL before 13 does not know it.)
-func createPublication(publication string, t Table) string {
+//
+// Several outboxes share one publication, which lists them all; with none
+// yet (a pattern that matches no table), it lists none, and tables join it
+// as they are created (sql/outbox-membership.sql).
+func createPublication(publication string, ts []Table) string {
 	options := "publish = 'insert'"
-	if t.Partitioned {
+	var names []string
+	partitioned := false
+	for _, t := range ts {
+		names = append(names, t.Name.Quoted())
+		partitioned = partitioned || t.Partitioned
+	}
+	if partitioned {
 		options += ", publish_via_partition_root = true"
 	}
-	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)", pgname.Quote(publication), t.Name.Quoted(), options)
+	if len(names) == 0 {
+		return fmt.Sprintf("CREATE PUBLICATION %s WITH (%s)", pgname.Quote(publication), options)
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)", pgname.Quote(publication), strings.Join(names, ", "), options)
 }
 
-func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, log *slog.Logger) error {
+// describeNames joins up to ten names; more are counted.
+func describeNames(names []string) string {
+	if len(names) > 10 {
+		return strings.Join(names[:10], ", ") + fmt.Sprintf(" and %d more", len(names)-10)
+	}
+	return strings.Join(names, ", ")
+}
+
+func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, found []OutboxTable, log *slog.Logger) error {
+	var ts []Table
+	var logged []OutboxTable
+	for _, t := range found {
+		switch {
+		case t.Unlogged && s.Outboxes[t.Entry].IsGlob():
+			// One tenant's table is no reason to stop the others; the
+			// monitor says it again until it is fixed.
+			log.Warn("a table matching an outbox pattern is UNLOGGED: its rows are not written to the WAL, so they cannot be streamed",
+				"problem", unloggedError(t.Table).Error(), "table", t.Name.String(), "pattern", s.Outboxes[t.Entry].String())
+			continue
+		case t.Unlogged:
+			return unloggedError(t.Table)
+		}
+		ts = append(ts, t.Table)
+		logged = append(logged, t)
+	}
+	found = logged
 	pub := pgname.Quote(s.Publication)
-	create := createPublication(s.Publication, t)
+	create := createPublication(s.Publication, ts)
+	var first pgname.Name // named in errors about the publication
+	if len(ts) > 0 {
+		first = ts[0].Name
+	}
 	p, err := readPublication(ctx, conn, s.Publication, false)
 	switch {
 	case err != nil:
@@ -155,15 +192,45 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, t Table, l
 		if _, err := conn.Exec(ctx, create); err != nil {
 			return fmt.Errorf("create publication %s: %w", s.Publication, err)
 		}
-		log.Info("created publication", "publication", s.Publication, "table", t.Name.String(), "partitioned", t.Partitioned)
+		if len(ts) == 1 {
+			log.Info("created publication", "publication", s.Publication, "table", ts[0].Name.String(), "partitioned", ts[0].Partitioned)
+			return nil
+		}
+		var names []string
+		for _, t := range ts {
+			names = append(names, t.Name.String())
+		}
+		log.Info("created publication", "publication", s.Publication, "tables", len(ts), "table_names", describeNames(names))
 		return nil
 	case !p.Exists:
-		return &Error{Err: ErrNoPublication, Publication: s.Publication, Table: t.Name, Statement: create,
+		return &Error{Err: ErrNoPublication, Publication: s.Publication, Table: first, Statement: create,
 			msg: fmt.Sprintf("publication %q does not exist", s.Publication)}
 	}
 	if !p.Inserts {
 		return fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert')", s.Publication, pub)
 	}
+	for _, t := range found {
+		err := checkCoverage(ctx, conn, s, t.Table, log)
+		var e *Error
+		if errors.As(err, &e) && e.Coverage != nil && s.Outboxes[t.Entry].IsGlob() {
+			// One table of a pattern is no reason to stop the others: the
+			// monitor says it again until it is fixed.
+			log.Warn("a table matching an outbox pattern is not in the publication, or not wholly: inserts into what is missing are not streamed. "+
+				"Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
+				"problem", e.Error(), "table", t.Name.String(), "pattern", s.Outboxes[t.Entry].String(), "publication", s.Publication)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCoverage checks that the publication publishes every insert into the
+// outbox t.
+func checkCoverage(ctx context.Context, conn *pgx.Conn, s Setup, t Table, log *slog.Logger) error {
+	pub := pgname.Quote(s.Publication)
 	cov, err := Cover(ctx, conn, s.Publication, t)
 	if err != nil {
 		return err

@@ -56,10 +56,15 @@ func Parse(s string) (Name, error) {
 
 // split is SplitIdentifierString with '.' as separator.
 func split(s string) ([]string, error) {
-	var parts []string
+	parts, _, err := splitQuoted(s)
+	return parts, err
+}
+
+// splitQuoted is split that also says which parts were double-quoted.
+func splitQuoted(s string) (parts []string, quoted []bool, err error) {
 	i := skipSpace(s, 0)
 	if i == len(s) {
-		return nil, fmt.Errorf("%w: the name is empty", ErrSyntax)
+		return nil, nil, fmt.Errorf("%w: the name is empty", ErrSyntax)
 	}
 	for {
 		var part string
@@ -70,7 +75,7 @@ func split(s string) ([]string, error) {
 			for {
 				k := strings.IndexByte(s[j:], '"')
 				if k < 0 {
-					return nil, fmt.Errorf("%w: unterminated quoted identifier at byte %d", ErrSyntax, i)
+					return nil, nil, fmt.Errorf("%w: unterminated quoted identifier at byte %d", ErrSyntax, i)
 				}
 				b.WriteString(s[j : j+k])
 				j += k + 1
@@ -82,9 +87,10 @@ func split(s string) ([]string, error) {
 				break
 			}
 			if b.Len() == 0 {
-				return nil, fmt.Errorf("%w: zero-length quoted identifier at byte %d", ErrSyntax, i)
+				return nil, nil, fmt.Errorf("%w: zero-length quoted identifier at byte %d", ErrSyntax, i)
 			}
 			part, i = b.String(), j
+			quoted = append(quoted, true)
 		} else {
 			// Unquoted: up to a dot or white space, folded to lower case.
 			j := i
@@ -92,21 +98,22 @@ func split(s string) ([]string, error) {
 				j++
 			}
 			if j == i {
-				return nil, fmt.Errorf("%w: empty name part at byte %d", ErrSyntax, i)
+				return nil, nil, fmt.Errorf("%w: empty name part at byte %d", ErrSyntax, i)
 			}
 			part, i = lower(s[i:j]), j
+			quoted = append(quoted, false)
 		}
 		parts = append(parts, truncate(part))
 		i = skipSpace(s, i)
 		if i == len(s) {
-			return parts, nil
+			return parts, quoted, nil
 		}
 		if s[i] != '.' {
-			return nil, fmt.Errorf("%w: unexpected %q at byte %d after a name part; quote a part that contains it", ErrSyntax, s[i], i)
+			return nil, nil, fmt.Errorf("%w: unexpected %q at byte %d after a name part; quote a part that contains it", ErrSyntax, s[i], i)
 		}
 		i = skipSpace(s, i+1)
 		if i == len(s) {
-			return nil, fmt.Errorf("%w: the name ends with a dot", ErrSyntax)
+			return nil, nil, fmt.Errorf("%w: the name ends with a dot", ErrSyntax)
 		}
 	}
 }

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// outboxSample is one per-outbox sample line of /metrics:
+// cdc_outbox_outbox_events_total{outbox="svc_a.outbox"} 42.
+var outboxSample = regexp.MustCompile(`^(cdc_outbox_outbox_events_total|cdc_outbox_outbox_last_event_timestamp_seconds)\{outbox="((?:[^"\\]|\\.)*)"\} (\S+)$`)
+
+// scrapeOutboxes reads a running streamer's /metrics at url and returns
+// each outbox table's events streamed and the commit time of its last
+// event, by table name.
+func scrapeOutboxes(ctx context.Context, url string) (streamed map[string]int64, last map[string]time.Time, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	streamed, last = map[string]int64{}, map[string]time.Time{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := outboxSample.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		table, err := strconv.Unquote(`"` + m[2] + `"`)
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[3], 64)
+		if err != nil {
+			continue
+		}
+		if m[1] == "cdc_outbox_outbox_events_total" {
+			streamed[table] = int64(v)
+		} else if v > 0 {
+			sec, frac := math.Modf(v)
+			last[table] = time.Unix(int64(sec), int64(frac*1e9))
+		}
+	}
+	return streamed, last, sc.Err()
+}
+
+// estimate is a rows estimate in words: -1 is unknown.
+func estimate(n int64) string {
+	if n < 0 {
+		return "unknown (never analyzed)"
+	}
+	return strconv.FormatInt(n, 10)
+}
