@@ -124,15 +124,26 @@ func committedRecordsBy(t *testing.T, key func(*kgo.Record) string, topics ...st
 func (e *env) kafkaCheckpoint() sink.Checkpoint {
 	e.t.Helper()
 	ctx := testenv.Context(e.t)
-	stream, err := replication.StreamIdentity(ctx, e.url, e.slot)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	stream := e.streamIdentity()
 	cp, err := sink.ReadCheckpoint(ctx, sink.Config{Brokers: e.brokers}, "cdc_outbox.checkpoints", stream, stream)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return cp
+}
+
+// streamIdentity is the stream's identity, read on the server the first
+// time it is asked for.
+func (e *env) streamIdentity() string {
+	e.t.Helper()
+	if e.stream == "" {
+		stream, err := replication.StreamIdentity(testenv.Context(e.t), e.url, e.slot)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.stream = stream
+	}
+	return e.stream
 }
 
 // TestExactlyOnceEndToEnd: in exactly-once delivery, two writers' events

@@ -57,6 +57,10 @@ type env struct {
 	prefix  string
 	brokers []string
 	pool    *pgxpool.Pool
+	// stream is the stream's identity (replication.StreamIdentity) once
+	// read: it outlives the server it was read on (a promoted standby or
+	// a restored backup has the same one).
+	stream string
 }
 
 func newEnv(t *testing.T) *env {

@@ -337,6 +337,7 @@ func restoredBaseBackup(t *testing.T, slotFirst bool) {
 	if v, _ := wl.verify([]string{"payment"}, 2*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted())); v.missing != 0 {
 		t.Fatalf("before the restore: %s", v)
 	}
+	e.streamIdentity() // read while the old primary runs; the backup has the same
 	st.kill()
 	old.Control("kill")
 	cp := e.kafkaCheckpoint()
