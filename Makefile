@@ -13,7 +13,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 LIB_MODULES := outbox idempotency consume consume/consumeprom
 in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 
-.PHONY: build demo test test-pg test-stress test-unit lint fuzz clean bench bench-debezium
+# The Helm chart's tests are a module of their own too, so that Helm's and
+# the Kubernetes API types' dependencies never enter the streamer's go.mod
+# (deploy/helm/charttest: lint, render, validate, run the rendered pods).
+CHART_TESTS := deploy/helm/charttest
+
+.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -42,9 +47,11 @@ CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconne
 # Every test but the end-to-end ones, then those, verbosely.
 # -p 1: fault tests stop the shared servers, so packages take turns. The
 # end-to-end tests run last and verbosely, so each fault test's verifier line
-# (expected, missing, duplicates, order violations) is in the output.
+# (expected, missing, duplicates, order violations) is in the output. The
+# chart's tests come after ./deploy, whose promtool they use.
 SUITE = $(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -v /e2e$$) && \
 	$(call in_libs,test -race -count=1 -p 1 -timeout 60m ./...) && \
+	(cd $(CHART_TESTS) && $(GO) test -count=1 -timeout 30m -v ./...) && \
 	scripts/test-versions.sh current $(GO) test -race -count=1 -timeout 60m -v ./e2e
 
 # Every test on PostgreSQL $(PG_VERSION), then the core tests on each major of
@@ -54,6 +61,10 @@ SUITE = $(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -
 test:
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE) && \
 		scripts/test-versions.sh "$(PG_MATRIX)" $(GO) test -race -count=1 -p 1 -timeout 30m -v -run "$(CORE_TESTS)" ./e2e ./cmd/cdc-outbox'
+
+# The chart's tests alone, against local servers like make test.
+test-chart:
+	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c 'cd $(CHART_TESTS) && $(GO) test -count=1 -timeout 30m -v ./...'
 
 # Every test on one PostgreSQL major: make test-pg PG_VERSION=17
 test-pg:
@@ -69,11 +80,13 @@ test-stress:
 test-unit:
 	$(GO) test -short -count=1 ./...
 	$(call in_libs,test -short -count=1 ./...)
+	cd $(CHART_TESTS) && $(GO) test -short -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(call in_libs,vet ./...)
+	cd $(CHART_TESTS) && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(call in_libs,run $(STATICCHECK) ./...)
 
