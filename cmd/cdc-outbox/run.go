@@ -221,10 +221,13 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		return err
 	}
 	if txp != nil {
-		// The committer stops after the stream, which drains through it.
+		// The committer stops after the stream, which drains through it:
+		// its context ends only when the group stops it, not with the
+		// signal that starts the drain, or the records in flight would
+		// wait for commits that never come, until --shutdown-timeout.
 		// Its failure (fenced, a refused record) stops the stream, whether
 		// it streams, drains (Fail) or waits for the slot (the group).
-		tctx, stop := context.WithCancel(g.Context())
+		tctx, stop := context.WithCancel(context.WithoutCancel(g.Context()))
 		g.Go("Kafka transactions", func() error {
 			err := txp.Run(tctx)
 			if err != nil {

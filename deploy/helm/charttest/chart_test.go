@@ -335,7 +335,7 @@ func TestRenderedObjects(t *testing.T) {
 			vals := values(t, doc)
 			o := decode(t, "payments", vals)
 			validateMeta(t, o)
-			validatePod(t, o)
+			validatePod(t, o, secrets)
 			validateWiring(t, o)
 			validateConfig(t, o, vals)
 			noSecretInClear(t, o)
@@ -424,7 +424,7 @@ func prMeta(o *objects) *metav1.ObjectMeta {
 
 // validatePod checks the pod template: what the API server refuses and
 // what the chart promises.
-func validatePod(t *testing.T, o *objects) {
+func validatePod(t *testing.T, o *objects, secrets map[string]map[string]string) {
 	t.Helper()
 	d := o.deployment
 	spec := d.Spec.Template.Spec
