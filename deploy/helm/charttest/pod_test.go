@@ -490,7 +490,7 @@ func TestRenderedPodStreams(t *testing.T) {
 	}{
 		{name: "default", brokers: testenv.KafkaBrokers(t)},
 		{name: "tls-sasl", brokers: testenv.KafkaSASLBrokers(t),
-			extra: fmt.Sprintf("  kafka-sasl-mechanism: scram-sha-512\n  kafka-sasl-username: %s\n", testenv.KafkaSASLUser(t)),
+			extra:  fmt.Sprintf("  kafka-sasl-mechanism: scram-sha-512\n  kafka-sasl-username: %s\n", testenv.KafkaSASLUser(t)),
 			values: "kafka:\n  sasl: {passwordSecret: {name: kafka-cdc, key: password}}\n  tls: {enabled: true, secretName: kafka-ca, caKey: ca.crt}\n"},
 		{name: "exactly-once", brokers: testenv.KafkaBrokers(t), extra: "  delivery: exactly-once\n  checkpoint-topic: " + testenv.Name("checkpoints") + "\n",
 			opts: []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}},
