@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	corev1 "k8s.io/api/core/v1"
@@ -218,6 +219,10 @@ func (p *podProcess) dump() {
 	}
 	p.t.Logf("%s log:\n%s", p.name, s)
 }
+
+// stoppedLine is the stream's last line on a clean stop, with the position
+// it confirmed last.
+var stoppedLine = regexp.MustCompile(`"msg":"stopped"[^\n]*"confirmed_lsn":([0-9]+)`)
 
 var httpAddrLine = regexp.MustCompile(`"msg":"serving /metrics, /healthz and /readyz","addr":"([^"]+)"`)
 
@@ -601,6 +606,23 @@ func TestRollingUpdate(t *testing.T) {
 			sigterm := time.Now()
 			drain := old.sigterm(grace)
 			released := time.Now()
+			// It confirmed its last position before it let the slot go: the
+			// slot is at or past the position its last log line gives.
+			m := stoppedLine.FindStringSubmatch(old.logText())
+			if m == nil {
+				t.Fatalf("the old holder did not log its final position:\n%s", old.logText())
+			}
+			final, err := strconv.ParseInt(m[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var slotLSN int64
+			if err := w.pool.QueryRow(testenv.Context(t), `SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1`, w.slot).Scan(&slotLSN); err != nil {
+				t.Fatal(err)
+			}
+			if slotLSN < final {
+				t.Fatalf("the slot's confirmed_flush_lsn %s is behind the old holder's final position %s: the takeover repeats what it confirmed", pglogrepl.LSN(slotLSN), pglogrepl.LSN(final))
+			}
 			var streaming time.Time
 			eventually(t, 30*time.Second, "the new pod to take over the slot", func() string {
 				code, body := next.probe(nextAddr, readiness)
