@@ -440,7 +440,7 @@ func validatePod(t *testing.T, o *objects, secrets map[string]map[string]string)
 		}
 		ports[p.Name] = p.ContainerPort
 	}
-	for what, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+	for what, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		if p == nil || p.HTTPGet == nil {
 			t.Errorf("no %s probe over HTTP", what)
 			continue
