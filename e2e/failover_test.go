@@ -20,7 +20,7 @@ import (
 )
 
 // haPair is a primary and a streaming standby of the test's own, of one
-// PostgreSQL major, configured for failover slots as the README says:
+// PostgreSQL major, configured for failover slots as docs/operating.md says:
 // the standby replicates through a physical slot with hot_standby_feedback
 // and (17+) sync_replication_slots; the primary (17+) names that slot in
 // synchronized_standby_slots.
@@ -301,7 +301,7 @@ func TestFailoverBefore17(t *testing.T) {
 	wl.expectTable()
 	// Order is not checked: the new slot streams what writers commit while
 	// republish still sends older events of the same aggregates, so their
-	// first deliveries interleave. The README says so.
+	// first deliveries interleave. docs/operating.md says so.
 	v, _ := wl.verify([]string{"payment"}, 3*time.Minute)
 	t.Logf("verifier after failing over PostgreSQL 16, --recreate-slot and republish: %s", v)
 	if v.missing != 0 {

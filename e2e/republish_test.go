@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -143,4 +145,38 @@ func TestRepublishMatchesStream(t *testing.T) {
 		!slices.EqualFunc(withoutLSN(a), withoutLSN(b), func(x, y kgo.RecordHeader) bool { return x.Key == y.Key && bytes.Equal(x.Value, y.Value) }) {
 		t.Fatalf("dead-letter records differ:\n%q %s %v\n%q %s %v", a.Key, a.Value, a.Headers, b.Key, b.Value, b.Headers)
 	}
+}
+
+// TestRepublishResumesTimestampWithoutZone: with created_at a timestamp
+// without time zone, a run selected by time that stops at a bad row prints
+// a resume hint with created_at as PostgreSQL prints it, without an
+// offset; run again with that hint, republish accepts it and sends the
+// rows from that row on.
+func TestRepublishResumesTimestampWithoutZone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	testenv.Exec(t, e.url, `ALTER TABLE outbox ALTER COLUMN created_at TYPE timestamp USING created_at AT TIME ZONE 'UTC'`)
+	testenv.Exec(t, e.url, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+		SELECT CASE WHEN g = 60 THEN 'bad/type' ELSE 'payment' END, 'a', 'T', jsonb_build_object('seq', g),
+			'2026-01-02 15:04:05.123456'::timestamp + g * interval '1.5 s' FROM generate_series(1, 100) g`)
+	out, err := e.republishErr("--since", "2026-01-02 00:00:00")
+	m := regexp.MustCompile(`resume="--since '([^']+)'"`).FindStringSubmatch(out)
+	if err == nil || m == nil {
+		t.Fatalf("republish over a bad row: %v, want exit 1 with a --since resume hint:\n%s", err, out)
+	}
+	hint := m[1]
+	if strings.ContainsAny(hint[10:], "+-Z") {
+		t.Fatalf("resume hint %q has an offset: created_at is a timestamp without time zone", hint)
+	}
+	var from int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE created_at >= $1::timestamp`, hint).Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	out = e.republish("--since", hint, "--on-bad-event", "dead-letter", "--dead-letter-topic", testenv.Topic(t, "dead", 1))
+	want := fmt.Sprintf("rows_read=%d acknowledged=%d dead_lettered=1", from, from)
+	if !strings.Contains(out, want) {
+		t.Fatalf("republish --since %q (the resume hint): want %s:\n%s", hint, want, out)
+	}
+	t.Logf("resumed with --since '%s': %s", hint, want)
 }

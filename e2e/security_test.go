@@ -34,7 +34,7 @@ func (e *env) leastPrivilege(role, password string) {
 	e.t.Helper()
 	vars := map[string]string{"role": role, "password": password}
 	if e.serverMajor() < 15 {
-		// What sql/role.sql and the README tell administrators of 14 to do
+		// What sql/role.sql and docs/getting-started.md tell administrators of 14 to do
 		// (15 does it by default): no role creates tables in public.
 		testenv.Exec(e.t, e.url, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
 	}

@@ -81,7 +81,7 @@ func count(t *testing.T, conn *pgx.Conn, query string) int {
 	return n
 }
 
-// The row has exactly the README's shape: the columns the streamer maps,
+// The row has exactly the shape docs/records.md shows: the columns the streamer maps,
 // headers as a jsonb object, and the event id returned.
 func TestWritePgx(t *testing.T) {
 	t.Parallel()

@@ -159,7 +159,7 @@ func replicationAdvice(e *replication.Error) string {
 		return ". cdc-outbox makes its slot a failover slot with --slot-failover (the default). " +
 			"To recover: start cdc-outbox once with --recreate-slot (a new slot, streaming from its creation on), " +
 			"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
-			"consumers skip the repeats by event id. See High availability in the README"
+			"consumers skip the repeats by event id. See High availability in docs/operating.md"
 	case errors.Is(e.Err, replication.ErrSlotGone):
 		return ". Start cdc-outbox once with --recreate-slot (a new slot that streams from its creation on), then re-publish the events " +
 			"committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)"
@@ -242,6 +242,11 @@ func checkpointAdvice(e *sink.CheckpointError) string {
 		return "; grant the producer READ and WRITE (and CREATE, or create it yourself, compacted) on --checkpoint-topic"
 	case errors.Is(e.Err, kerr.ClusterAuthorizationFailed):
 		return "; create --checkpoint-topic yourself with cleanup.policy=compact, or grant the producer CREATE on the cluster"
+	}
+	var short *sink.ShortReadError
+	if errors.As(e.Err, &short) {
+		return "; the brokers were too slow to deliver --checkpoint-topic to its end within the start's minute, so the position is unknown and nothing was streamed: " +
+			"start again once they answer promptly (a restart is safe)"
 	}
 	return "; exactly-once delivery reads its position from --checkpoint-topic at start: check that the brokers answer and the topic can be read"
 }

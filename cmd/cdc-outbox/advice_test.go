@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -85,7 +86,7 @@ func TestAdvice(t *testing.T) {
 			". cdc-outbox makes its slot a failover slot with --slot-failover (the default). " +
 				"To recover: start cdc-outbox once with --recreate-slot (a new slot, streaming from its creation on), " +
 				"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
-				"consumers skip the repeats by event id. See High availability in the README"},
+				"consumers skip the repeats by event id. See High availability in docs/operating.md"},
 		{"another cluster", &replication.Error{Err: replication.ErrOtherCluster}, "; check --postgres-url"},
 		{"publication gone", &replication.Error{Err: replication.ErrPublicationGone, Publication: "cdc_outbox", Slot: "s", Confirmed: 0x152E2B0},
 			`. To recover: re-create it (CREATE PUBLICATION "cdc_outbox" FOR TABLE <outbox table> WITH (publish = 'insert')), ` +
@@ -169,6 +170,10 @@ func TestAdvice(t *testing.T) {
 			"; grant the producer READ and WRITE (and CREATE, or create it yourself, compacted) on --checkpoint-topic"},
 		{"checkpoint topic create", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "create", Err: kerr.ClusterAuthorizationFailed},
 			"; create --checkpoint-topic yourself with cleanup.policy=compact, or grant the producer CREATE on the cluster"},
+		{"checkpoint topic not read to its end", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "read it",
+			Err: &sink.ShortReadError{Unread: map[int32]int64{0: 41}, Err: context.DeadlineExceeded}},
+			"; the brokers were too slow to deliver --checkpoint-topic to its end within the start's minute, so the position is unknown and nothing was streamed: " +
+				"start again once they answer promptly (a restart is safe)"},
 		{"checkpoint topic other", &sink.CheckpointError{Topic: "cdc_outbox.checkpoints", Op: "read it", Err: errors.New("dial: refused")},
 			"; exactly-once delivery reads its position from --checkpoint-topic at start: check that the brokers answer and the topic can be read"},
 

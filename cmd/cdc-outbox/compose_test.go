@@ -216,7 +216,7 @@ func TestComposeWiring(t *testing.T) {
 		t.Errorf("CDC_OUTBOX_POSTGRES_URL %q: want postgres://postgres@postgres:5432/postgres...", env["CDC_OUTBOX_POSTGRES_URL"])
 	}
 	if _, has := u.User.Password(); has {
-		t.Errorf("CDC_OUTBOX_POSTGRES_URL has a password: give it as PGPASSWORD, as the README recommends")
+		t.Errorf("CDC_OUTBOX_POSTGRES_URL has a password: give it as PGPASSWORD, as docs/getting-started.md recommends")
 	}
 	if env["PGPASSWORD"] != c.service(t, "postgres").env()["POSTGRES_PASSWORD"] {
 		t.Errorf("cdc-outbox's PGPASSWORD %q is not the postgres service's POSTGRES_PASSWORD", env["PGPASSWORD"])
@@ -292,7 +292,7 @@ func TestComposePostgres(t *testing.T) {
 		t.Errorf("sql/publication.sql lacks %q, which the defaults of --publication and --table expect", want)
 	}
 	if u := s.env()["POSTGRES_USER"]; u != "" && u != "postgres" {
-		t.Errorf("POSTGRES_USER %q: the scripts and the README use postgres", u)
+		t.Errorf("POSTGRES_USER %q: the scripts and the docs use postgres", u)
 	}
 }
 

@@ -87,7 +87,7 @@ func runFlags(c *runConfig) *flags {
 	mappingFlags(f, c)
 
 	deliveryFlags(f, c)
-	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<slot>")
+	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<system identifier>-<database OID>-<slot>")
 	f.Duration(&c.TransactionInterval, "transaction-interval", 100*time.Millisecond, "exactly-once: least time between Kafka transaction commits (sooner when half of --max-inflight-events wait); "+
 		"longer means bigger transactions and more latency")
 	f.Int(&c.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading pauses")
@@ -159,7 +159,7 @@ func mappingFlags(f *flags, c *runConfig) {
 func deliveryFlags(f *flags, c *runConfig) {
 	f.String(&c.Delivery, "delivery", deliveryAtLeastOnce, "at-least-once (a crash may repeat events in flight; consumers dedupe by event id) or exactly-once "+
 		"(Kafka transactions: each PostgreSQL transaction's records and a checkpoint of its LSN commit together; consumers must read with isolation.level=read_committed)")
-	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "exactly-once: compacted `topic` of the checkpoint records (key: the slot), created when missing")
+	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "exactly-once: compacted `topic` of the checkpoint records (key: <system identifier>/<database OID>/<slot>), created when missing")
 }
 
 // logFlags are every long-running command's.
@@ -254,14 +254,18 @@ const (
 	deliveryExactlyOnce = "exactly-once"
 )
 
-// transactionalID is --transactional-id or its default, from the slot: one
-// slot, one writer, so an instance that takes the slot over fences the one
-// before it.
-func (c *runConfig) transactionalID() string {
+// transactionalID is --transactional-id or its default, from the stream's
+// identity (replication.StreamIdentity, "<system identifier>/<database
+// OID>/<slot>"): one stream, one writer, so an instance that takes the slot
+// over, on the same server or on a promoted standby, fences the one before
+// it, while streams of other clusters or databases that keep the default
+// slot name on one Kafka cluster never fence each other. The prefix stays
+// "cdc-outbox-", which a prefixed ACL can grant.
+func (c *runConfig) transactionalID(stream string) string {
 	if c.TransactionalID != "" {
 		return c.TransactionalID
 	}
-	return "cdc-outbox-" + c.Slot
+	return "cdc-outbox-" + strings.ReplaceAll(stream, "/", "-")
 }
 
 func (c *runConfig) brokers() []string {

@@ -105,21 +105,6 @@ func TestCLI(t *testing.T) {
 	}
 }
 
-// TestReadmeDocumentsEveryFlag keeps the README's flag table in step with
-// the code: a user should find every flag there.
-func TestReadmeDocumentsEveryFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c runConfig
-	for _, name := range runFlags(&c).order {
-		if !strings.Contains(string(readme), "| `--"+name+"` |") {
-			t.Errorf("README.md has no row for --%s", name)
-		}
-	}
-}
-
 // TestFlagErrors: every wrong flag or value stops the command before it
 // connects anywhere (the URLs point at closed ports, so a connection would
 // fail differently, with code 1), with code 2 and one message that names

@@ -39,7 +39,7 @@ func republishFlags(c *republishConfig) *flags {
 	f.String(&c.AfterID, "after-id", "", "send rows whose id is greater than this `id` (an integer id column: ids grow in the order rows are written); "+
 		"after a lost slot, an id that Kafka has and every id before it, or earlier: repeats are harmless")
 	f.String(&c.UntilID, "until-id", "", "send rows whose id is at most this `id` (an integer id column)")
-	f.String(&c.Since, "since", "", "send rows whose created_at is at or after this `time` (RFC 3339, 2026-01-02T15:04:05Z, or as PostgreSQL prints it); "+
+	f.String(&c.Since, "since", "", "send rows whose created_at is at or after this `time` (RFC 3339, 2026-01-02T15:04:05Z, or as PostgreSQL prints it; no offset means UTC); "+
 		"rows then go in the order of (created_at, id), for any id type")
 	f.String(&c.Until, "until", "", "send rows whose created_at is before this `time`")
 	f.Int(&c.BatchSize, "batch-size", 1000, "rows read per query; memory is bounded by --max-inflight-events, not by the table")
@@ -59,18 +59,35 @@ func (c *republishConfig) times() (since, until time.Time) {
 	return since, until
 }
 
-// parseTime reads RFC 3339 or PostgreSQL's ISO output of a timestamptz
-// (2026-01-02 15:04:05.123456+00), which the resume hint repeats.
+// parseTime reads RFC 3339, or created_at as PostgreSQL prints it in
+// republish's session (DateStyle ISO, TimeZone UTC), which the resume hint
+// repeats: a timestamptz with its offset (2026-01-02 15:04:05.123456+00),
+// a timestamp without one (2026-01-02 15:04:05.123456). A time without an
+// offset is taken as UTC, which is how PostgreSQL reads it too: for a
+// timestamptz column in that session, and for a timestamp column, whose
+// comparison ignores any offset and so keeps the wall time as written.
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02 15:04:05.999999999Z07"} {
+	for _, layout := range timeLayouts {
 		if t, err := time.Parse(layout, s); err == nil {
 			return t, nil
 		}
 	}
-	return time.Time{}, errors.New("use RFC 3339 (2026-01-02T15:04:05Z) or 2026-01-02 15:04:05+00")
+	return time.Time{}, errors.New("use RFC 3339 (2026-01-02T15:04:05Z) or 2026-01-02 15:04:05+00, or 2026-01-02 15:04:05 for UTC")
+}
+
+// timeLayouts are the forms parseTime reads: RFC 3339, then PostgreSQL's
+// ISO output, whose offset has hours only, minutes too, or seconds too,
+// or is absent (a timestamp without time zone).
+var timeLayouts = []string{
+	time.RFC3339Nano,
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999Z07",
+	"2006-01-02 15:04:05.999999999Z07:00:00",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999",
 }
 
 var integer = regexp.MustCompile(`^-?[0-9]+$`)

@@ -222,13 +222,15 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	}
 	if txp != nil {
 		// The committer stops after the stream, which drains through it:
-		// its context ends only when the group stops it, not with the
-		// signal that starts the drain, or the records in flight would
-		// wait for commits that never come, until --shutdown-timeout.
-		// Its failure (fenced, a refused record) stops the stream, whether
-		// it streams, drains (Fail) or waits for the slot (the group).
+		// its context is not the group's, which a signal ends, but ends
+		// when the group stops it, once run has returned. Its failure
+		// (fenced, a refused record) stops the stream, whether it
+		// streams, drains (Fail) or waits for the slot (the group).
 		tctx, stop := context.WithCancel(context.WithoutCancel(g.Context()))
 		g.Go("Kafka transactions", func() error {
+			// On a signal, what is queued commits at once, not after
+			// --transaction-interval: the stream's drain waits for it.
+			defer context.AfterFunc(g.Context(), txp.CommitNow)()
 			err := txp.Run(tctx)
 			if err != nil {
 				p.Fail(err)
@@ -331,34 +333,43 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 // exactlyOnce is the exactly-once producer and what it needs once the
 // stream holds the slot.
 type exactlyOnce struct {
-	txp    *sink.Transactional
-	c      *runConfig
-	admin  sink.Config // the checkpoint topic's clients: TLS and SASL, not the producer's metrics hooks
-	origin string      // the outbox table's identity
-	log    *slog.Logger
+	txp   *sink.Transactional
+	c     *runConfig
+	admin sink.Config // the checkpoint topic's clients: TLS and SASL, not the producer's metrics hooks
+	// stream is the stream's identity (replication.StreamIdentity): the
+	// checkpoint key and origin, and the default transactional id's core.
+	stream string
+	// legacyOrigin is the outbox table's identity, which checkpoints of
+	// the former default names carry under the slot's name as key.
+	legacyOrigin string
+	log          *slog.Logger
 }
 
 // newExactlyOnce makes the exactly-once producer and creates the
 // checkpoint topic when missing. Nothing is fenced yet: a standby waiting
 // for the slot must not stop the instance that streams.
 func newExactlyOnce(ctx context.Context, c *runConfig, cfg sink.Config, kafkaOpts []kgo.Opt, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
-	origin, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
+	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
+	if err != nil {
+		return nil, fmt.Errorf("read the stream's identity for the Kafka checkpoint: %w", err)
+	}
+	legacy, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox table's identity for the Kafka checkpoint: %w", err)
 	}
 	txp, err := sink.NewTransactional(sink.TxConfig{
 		Config:          cfg,
-		TransactionalID: c.transactionalID(),
+		TransactionalID: c.transactionalID(stream),
 		CheckpointTopic: c.CheckpointTopic,
-		CheckpointKey:   c.Slot,
-		Origin:          origin,
+		CheckpointKey:   stream,
+		Origin:          stream,
 		Interval:        c.TransactionInterval,
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
 	}, obs, log)
 	if err != nil {
 		return nil, err
 	}
-	eo := &exactlyOnce{txp: txp, c: c, admin: sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts}, origin: origin, log: log}
+	eo := &exactlyOnce{txp: txp, c: c, admin: sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts}, stream: stream, legacyOrigin: legacy, log: log}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := sink.EnsureCheckpointTopic(ctx, eo.admin, c.CheckpointTopic); err != nil {
@@ -380,21 +391,29 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline) error 
 	if err := eo.txp.Fence(ctx); err != nil {
 		return err
 	}
-	cp, err := sink.ReadCheckpoint(ctx, eo.admin, c.CheckpointTopic, c.Slot)
+	id := c.transactionalID(eo.stream)
+	cp, err := sink.ReadCheckpoint(ctx, eo.admin, c.CheckpointTopic, eo.stream, eo.stream)
 	if err != nil {
 		return err
 	}
-	if cp.Found && cp.Origin != eo.origin {
-		log.Warn("exactly-once delivery: the Kafka checkpoint of this slot is of another outbox table, database or cluster (a restore, pg_upgrade, or another server with a slot of the same name), "+
-			"whose LSNs mean nothing here: it is ignored, and nothing is skipped", "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN,
-			"checkpoint_origin", cp.Origin, "origin", eo.origin)
-		cp = sink.Checkpoint{}
+	if !cp.Found {
+		// The first start after an upgrade from the former default names
+		// (the slot's name as key, the table's identity as origin): that
+		// checkpoint is this stream's until the first commit under the new
+		// key, which then holds a higher position.
+		if cp, err = sink.ReadCheckpoint(ctx, eo.admin, c.CheckpointTopic, c.Slot, eo.legacyOrigin); err != nil {
+			return err
+		}
+		if cp.Found {
+			log.Info("exactly-once delivery: read the checkpoint written under the slot's name, the former default key; the next commit writes it under the stream's identity",
+				"checkpoint_topic", c.CheckpointTopic, "former_key", c.Slot, "key", eo.stream, "checkpoint_lsn", cp.LSN)
+		}
 	}
 	if cp.Found {
 		log.Info("exactly-once delivery: transactions up to the Kafka checkpoint are in Kafka and are skipped if PostgreSQL sends them again",
-			"transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic, "checkpoint_lsn", cp.LSN, "written_at", cp.At)
+			"transactional_id", id, "checkpoint_topic", c.CheckpointTopic, "checkpoint_key", eo.stream, "checkpoint_lsn", cp.LSN, "written_at", cp.At)
 	} else {
-		log.Info("exactly-once delivery: no checkpoint for the slot in Kafka yet", "transactional_id", c.transactionalID(), "checkpoint_topic", c.CheckpointTopic)
+		log.Info("exactly-once delivery: no checkpoint of this stream in Kafka yet", "transactional_id", id, "checkpoint_topic", c.CheckpointTopic, "checkpoint_key", eo.stream)
 	}
 	eo.txp.SetCheckpoint(cp.LSN)
 	p.SkipThrough(cp.LSN)

@@ -116,6 +116,14 @@ const (
 //	synchronized_standby_slots  the server's setting (17+): the standbys' physical slots the
 //	                     logical walsenders wait for; "" when unset or on older servers
 //	standbys_streaming   every slot synchronized_standby_slots names exists and is active
+//	failover_ready       a failover keeps the stream: a failover slot, and every standby
+//	                     --postgres-url names (its other hosts) holds a synchronized, persistent
+//	                     copy of the slot close to the primary's position
+//	failover_not_ready_reason  why not: not_failover_slot, no_standby (--postgres-url names one
+//	                     host), or the first standby's state; "" when ready
+//	failover_standbys    each standby: {standby (host:port), state (ready, temporary, behind,
+//	                     missing, not_synced, invalidated, unreachable), confirmed_flush_lsn,
+//	                     behind_bytes, error}; [] when none is read
 //	publication          --publication
 //	publication_exists   whether pg_publication has it
 //	publishes_inserts    whether the publication publishes inserts
@@ -167,11 +175,14 @@ type statusReport struct {
 	InactiveSince      string `json:"inactive_since"`
 	inactiveFor        time.Duration
 	// Failover slots, PostgreSQL 17+; zero on older servers.
-	Failover                 bool   `json:"failover"`
-	Synced                   bool   `json:"synced"`
-	InRecovery               bool   `json:"server_in_recovery"`
-	SynchronizedStandbySlots string `json:"synchronized_standby_slots"`
-	StandbysStreaming        bool   `json:"standbys_streaming"`
+	Failover                 bool              `json:"failover"`
+	Synced                   bool              `json:"synced"`
+	InRecovery               bool              `json:"server_in_recovery"`
+	SynchronizedStandbySlots string            `json:"synchronized_standby_slots"`
+	StandbysStreaming        bool              `json:"standbys_streaming"`
+	FailoverReady            bool              `json:"failover_ready"`
+	FailoverNotReadyReason   string            `json:"failover_not_ready_reason"`
+	FailoverStandbys         []failoverStandby `json:"failover_standbys"`
 	major                    int
 	standbys                 bool // the server has physical slots: standbys replicate from it
 
@@ -236,6 +247,7 @@ func newStatusReport(c *statusConfig) *statusReport {
 		RetainedWAL:        humanBytes(0),
 		Publication:        c.Publication,
 		PublicationTables:  []string{},
+		FailoverStandbys:   []failoverStandby{},
 		Table:              outboxTable(c.Table).String(),
 		TableRowsEstimate:  -1,
 		Delivery:           c.kafka.Delivery,
@@ -260,6 +272,7 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 	}
 	r.fill(in)
 	r.judge()
+	r.readFailover(ctx, c, in)
 	if c.kafka.Delivery == deliveryExactlyOnce {
 		r.readKafkaCheckpoint(ctx, c, in)
 	}
@@ -272,7 +285,7 @@ func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig,
 	opts, err := c.kafka.kafkaSecurityOpts()
 	if err == nil {
 		var cp sink.Checkpoint
-		cp, err = sink.ReadCheckpoint(ctx, sink.Config{Brokers: c.kafka.brokers(), Opts: opts}, c.kafka.CheckpointTopic, c.Slot)
+		cp, err = readCheckpoint(ctx, c, sink.Config{Brokers: c.kafka.brokers(), Opts: opts})
 		if err == nil && cp.Found {
 			r.KafkaCheckpointLSN = cp.LSN.String()
 			r.KafkaCheckpointAt = cp.At.UTC().Format(time.RFC3339)
@@ -284,6 +297,28 @@ func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig,
 	if err != nil {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the Kafka checkpoint of exactly-once delivery: %s; check --kafka-brokers, the TLS and SASL flags and --checkpoint-topic", say(err)))
 	}
+}
+
+// readCheckpoint reads the stream's Kafka checkpoint as run does: under
+// the stream's identity, or else under the former default key, the slot's
+// name, with the table's identity as origin.
+func readCheckpoint(ctx context.Context, c *statusConfig, cfg sink.Config) (sink.Checkpoint, error) {
+	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
+	if err != nil {
+		return sink.Checkpoint{}, err
+	}
+	cp, err := sink.ReadCheckpoint(ctx, cfg, c.kafka.CheckpointTopic, stream, stream)
+	if err != nil || cp.Found {
+		return cp, err
+	}
+	table, err := replication.TableIdentity(ctx, c.PostgresURL, outboxTable(c.Table))
+	switch {
+	case errors.Is(err, replication.ErrNoTable):
+		return cp, nil // no table, no checkpoint of its former key
+	case err != nil:
+		return sink.Checkpoint{}, err
+	}
+	return sink.ReadCheckpoint(ctx, cfg, c.kafka.CheckpointTopic, c.Slot, table)
 }
 
 func (r *statusReport) fail(verdict, message string, err error) {
@@ -416,6 +451,56 @@ func (r *statusReport) judgeUnmet() {
 }
 
 // judgeFailover warns about what would lose the slot in a failover, on
+// failoverStandby is a standby's copy of the slot in the report.
+type failoverStandby struct {
+	Standby           string `json:"standby"`
+	State             string `json:"state"`
+	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
+	BehindBytes       int64  `json:"behind_bytes"`
+	Error             string `json:"error"`
+}
+
+// readFailover reads, from the standbys --postgres-url names, whether a
+// failover keeps the stream; only on a primary with the slot.
+func (r *statusReport) readFailover(ctx context.Context, c *statusConfig, in replication.Inspection) {
+	if !in.SlotExists || in.InRecovery {
+		return
+	}
+	f := replication.FailoverReadiness(ctx, c.PostgresURL, c.Slot, in.Slot.Failover, in.Slot.ConfirmedFlush)
+	r.FailoverReady, r.FailoverNotReadyReason = f.Ready, f.Reason
+	for _, sb := range f.Standbys {
+		fs := failoverStandby{Standby: sb.Addr, State: sb.State, ConfirmedFlushLSN: sb.ConfirmedFlush.String(), BehindBytes: sb.BehindBytes}
+		if sb.Err != nil {
+			fs.Error = redact(sb.Err).Error()
+		}
+		r.FailoverStandbys = append(r.FailoverStandbys, fs)
+		if sb.State != replication.StandbyReady {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("not ready for a failover to %s: %s", sb.Addr, standbyAdvice(fs)))
+		}
+	}
+}
+
+// standbyAdvice says what a standby's state means for a failover to it.
+func standbyAdvice(s failoverStandby) string {
+	switch s.State {
+	case replication.StandbyTemporary:
+		return "its copy of the slot is still temporary, and a promotion drops it; its log says why it is not synchronized " +
+			"(\"could not synchronize replication slot\"): it turns persistent once the primary's slot passes the standby's own position, as cdc-outbox confirms"
+	case replication.StandbyBehind:
+		return fmt.Sprintf("its copy of the slot is at %s, %d bytes behind the primary's: a failover resumes there and sends the events since again; "+
+			"check that its slot sync worker runs (sync_replication_slots = on)", s.ConfirmedFlushLSN, s.BehindBytes)
+	case replication.StandbyMissing:
+		return "it has no copy of the slot: set sync_replication_slots = on, hot_standby_feedback = on, primary_slot_name and dbname in primary_conninfo there"
+	case replication.StandbyNotSynced:
+		return "its slot of that name is not a synchronized copy of the primary's (made there by hand): drop it, so that the primary's is synchronized"
+	case replication.StandbyInvalidated:
+		return "its copy of the slot is invalidated"
+	case replication.StandbyUnreachable:
+		return "it cannot be read: " + s.Error
+	}
+	return s.State
+}
+
 // servers that have failover slots (17+) and standbys to fail over to
 // (physical slots: slot synchronization needs primary_slot_name).
 func (r *statusReport) judgeFailover(warn func(string, ...any)) {
@@ -512,6 +597,16 @@ func (r *statusReport) writeText(w io.Writer) {
 	}
 	if r.major >= 17 && !r.InRecovery && r.standbys {
 		add("synchronized_standby_slots", "%s", orNone(r.SynchronizedStandbySlots))
+	}
+	if r.SlotExists && !r.InRecovery && r.major >= 17 {
+		if r.FailoverReady {
+			add("failover ready", "yes")
+		} else {
+			add("failover ready", "no (%s)", r.FailoverNotReadyReason)
+		}
+		for _, sb := range r.FailoverStandbys {
+			add("  standby "+sb.Standby, "%s, copy at %s", sb.State, sb.ConfirmedFlushLSN)
+		}
 	}
 	add("publication", "%s", r.Publication)
 	add("  exists", "%s", yes(r.PublicationExists))

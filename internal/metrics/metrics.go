@@ -21,7 +21,9 @@
 //	cdc_outbox_slot_active                      gauge     1 while a process streams from the slot
 //	cdc_outbox_slot_holder                      gauge     1 while this process holds the slot (streams from it); 0 while it waits for it (a standby) or connects
 //	cdc_outbox_slot_failover                    gauge     1 when the slot is a failover slot (PostgreSQL 17+), synchronized to standbys
-//	cdc_outbox_slot_failover_ready              gauge     1 when it is, and every standby slot the primary's synchronized_standby_slots names is streaming
+//	cdc_outbox_slot_failover_ready              gauge     1 when a failover keeps the stream: a failover slot, and every standby the connection string names holds a ready copy
+//	cdc_outbox_slot_failover_standby{standby,state} gauge 1 for each standby's copy of the slot: ready, temporary, behind, missing, not_synced, invalidated, unreachable
+//	cdc_outbox_standby_slots_blocking           gauge     slots named in the primary's synchronized_standby_slots that hold the failover slot's walsender back (missing, logical, invalidated, inactive)
 //	cdc_outbox_slot_wal_status{status}          gauge     1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others
 //	cdc_outbox_connected{target}                gauge     1 while connected: target postgres (streaming) or kafka (answers metadata requests)
 //	cdc_outbox_reconnects_total{target}         counter   reconnections to postgres or kafka
@@ -106,6 +108,10 @@ type Metrics struct {
 	slotWALStatus   *prometheus.GaugeVec
 	slotFailover    prometheus.Gauge
 	failoverReady   prometheus.Gauge
+	standbyState    *prometheus.GaugeVec
+	standbyBlocking prometheus.Gauge
+	standbyMu       sync.Mutex
+	standbys        map[string]string // standby → the state last set
 	kafkaUp         atomic.Bool
 	kafkaReconnects atomic.Uint64
 	ready           func() (bool, string)
@@ -158,7 +164,16 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 			Name: "cdc_outbox_slot_failover", Help: "1 when the replication slot is a failover slot (PostgreSQL 17+), which standbys with sync_replication_slots = on keep a copy of.",
 		}),
 		failoverReady: f.NewGauge(prometheus.GaugeOpts{
-			Name: "cdc_outbox_slot_failover_ready", Help: "1 when the slot is a failover slot and every standby slot named in the primary's synchronized_standby_slots is streaming.",
+			Name: "cdc_outbox_slot_failover_ready",
+			Help: "1 when a failover keeps the stream: the slot is a failover slot, and every standby the connection string names holds a synchronized, persistent copy close to the primary's position.",
+		}),
+		standbyState: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cdc_outbox_slot_failover_standby",
+			Help: "1 for the state of each standby's copy of the slot: ready, temporary (dropped at promotion), behind, missing, not_synced, invalidated or unreachable.",
+		}, []string{"standby", "state"}),
+		standbyBlocking: f.NewGauge(prometheus.GaugeOpts{
+			Name: "cdc_outbox_standby_slots_blocking",
+			Help: "Slots named in the primary's synchronized_standby_slots that hold the failover slot's walsender back (missing, logical, invalidated, or no standby streaming from them).",
 		}),
 		slotActive: f.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_outbox_slot_active", Help: "1 while a process streams from the replication slot.",
@@ -329,13 +344,27 @@ func (m *Metrics) Slot(active bool, retainedBytes int64, walStatus string) {
 	}
 }
 
-// SlotFailover records whether the slot is a failover slot, and whether the
-// standbys that synchronized_standby_slots names stream: then a failover to
-// one of them keeps the stream.
-func (m *Metrics) SlotFailover(failover, standbysStreaming bool) {
+// SlotFailover records whether the slot is a failover slot, whether a
+// failover keeps the stream, and each standby's state (standby → state).
+func (m *Metrics) SlotFailover(failover, ready bool, standbys map[string]string) {
 	m.slotFailover.Set(b2f(failover))
-	m.failoverReady.Set(b2f(failover && standbysStreaming))
+	m.failoverReady.Set(b2f(ready))
+	m.standbyMu.Lock()
+	defer m.standbyMu.Unlock()
+	for sb, state := range m.standbys {
+		if standbys[sb] != state {
+			m.standbyState.DeleteLabelValues(sb, state)
+		}
+	}
+	for sb, state := range standbys {
+		m.standbyState.WithLabelValues(sb, state).Set(1)
+	}
+	m.standbys = standbys
 }
+
+// StandbySlotsBlocking records how many slots of synchronized_standby_slots
+// hold the walsender back.
+func (m *Metrics) StandbySlotsBlocking(n int) { m.standbyBlocking.Set(float64(n)) }
 
 // Kafka records whether the broker answers; a false→true change after the
 // first success counts as a reconnect.

@@ -55,7 +55,9 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.Bad("dead_lettered")
 	m.TimestampReplaced()
 	m.Slot(true, 4096, "extended")
-	m.SlotFailover(true, false)
+	m.SlotFailover(true, false, map[string]string{"db-2:5432": "ready", "db-3:5432": "missing"})
+	m.SlotFailover(true, false, map[string]string{"db-2:5432": "temporary", "db-3:5432": "missing"})
+	m.StandbySlotsBlocking(1)
 	m.Kafka(true, false, false)
 	m.TxCommitted(10, 30*time.Millisecond)
 	m.TxCommitted(1, 2*time.Second)
@@ -125,9 +127,13 @@ cdc_outbox_slot_active 1
 # HELP cdc_outbox_slot_failover 1 when the replication slot is a failover slot (PostgreSQL 17+), which standbys with sync_replication_slots = on keep a copy of.
 # TYPE cdc_outbox_slot_failover gauge
 cdc_outbox_slot_failover 1
-# HELP cdc_outbox_slot_failover_ready 1 when the slot is a failover slot and every standby slot named in the primary's synchronized_standby_slots is streaming.
+# HELP cdc_outbox_slot_failover_ready 1 when a failover keeps the stream: the slot is a failover slot, and every standby the connection string names holds a synchronized, persistent copy close to the primary's position.
 # TYPE cdc_outbox_slot_failover_ready gauge
 cdc_outbox_slot_failover_ready 0
+# HELP cdc_outbox_slot_failover_standby 1 for the state of each standby's copy of the slot: ready, temporary (dropped at promotion), behind, missing, not_synced, invalidated or unreachable.
+# TYPE cdc_outbox_slot_failover_standby gauge
+cdc_outbox_slot_failover_standby{standby="db-2:5432",state="temporary"} 1
+cdc_outbox_slot_failover_standby{standby="db-3:5432",state="missing"} 1
 # HELP cdc_outbox_slot_holder 1 while this process holds the replication slot (streams from it); 0 while it waits for the slot, held by another process, or connects.
 # TYPE cdc_outbox_slot_holder gauge
 cdc_outbox_slot_holder 1
@@ -140,6 +146,9 @@ cdc_outbox_slot_wal_status{status="extended"} 1
 cdc_outbox_slot_wal_status{status="lost"} 0
 cdc_outbox_slot_wal_status{status="reserved"} 0
 cdc_outbox_slot_wal_status{status="unreserved"} 0
+# HELP cdc_outbox_standby_slots_blocking Slots named in the primary's synchronized_standby_slots that hold the failover slot's walsender back (missing, logical, invalidated, or no standby streaming from them).
+# TYPE cdc_outbox_standby_slots_blocking gauge
+cdc_outbox_standby_slots_blocking 1
 # HELP cdc_outbox_status_updates_total Standby status updates sent to PostgreSQL (confirmed positions and keepalives).
 # TYPE cdc_outbox_status_updates_total counter
 cdc_outbox_status_updates_total 11
@@ -158,7 +167,7 @@ cdc_outbox_transactions_total 7
 		"cdc_outbox_bad_events_total", "cdc_outbox_build_info", "cdc_outbox_checkpoint_lsn", "cdc_outbox_confirmed_lsn", "cdc_outbox_connected",
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
 		"cdc_outbox_kafka_transactions_total", "cdc_outbox_lag_seconds", "cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn",
-		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
+		"cdc_outbox_reconnects_total", "cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready", "cdc_outbox_slot_failover_standby", "cdc_outbox_standby_slots_blocking",
 		"cdc_outbox_slot_holder", "cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
 		"cdc_outbox_transactions_skipped_total", "cdc_outbox_transactions_total",
 	}

@@ -138,6 +138,12 @@ type Pipeline struct {
 	open, openBytes atomic.Int64
 	skippedTx       atomic.Uint64
 
+	// resend remembers, in at-least-once delivery, which changes of each
+	// transaction not yet confirmed the broker acknowledged, so that of one
+	// the server sends again after a lost connection only the others are
+	// published again (resend.go).
+	resend resendState
+
 	obs Observer
 }
 
@@ -235,6 +241,12 @@ type pending struct {
 	// dead is set when the record is a dead-letter record: what it sets
 	// aside, logged once the broker has it.
 	dead *deadLetter
+	// sent is what is remembered of the record's transaction (resend.go,
+	// at-least-once only), sentSeq the record's number in it and at its
+	// change's position.
+	sent    *sentTx
+	sentSeq uint32
+	at      position
 }
 
 func (p *Pipeline) newPending(lsn pglogrepl.LSN, rel *decoder.Relation) *pending {
@@ -252,6 +264,9 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		p.tx = p.ckpt.Begin(ev.CommitTime)
 		p.commitTime = ev.CommitTime.UnixNano()
 		p.obs.Received(p.commitTime)
+		if p.txp == nil {
+			p.resendBegin(ev.Xid, ev.FinalLSN, p.commitTime)
+		}
 		// The commit record starts at FinalLSN and ends at the end LSN a
 		// checkpoint holds: a transaction ended at or before the checkpoint
 		// exactly when its commit record starts before it.
@@ -269,6 +284,9 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		if p.skipping {
 			return nil // Kafka has it, or its dead-letter record
 		}
+		if p.txp == nil && p.resendChange(lsn) {
+			return nil // the broker has it, from the transaction's sending before
+		}
 		if ev.Kind == decoder.KindUnmapped {
 			return p.unmappedInsert(lsn, ev)
 		}
@@ -282,6 +300,9 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 			// transactions when the producer's promises come.
 			p.txp.Boundary(ev.EndLSN)
 			p.through = max(p.through, ev.EndLSN)
+		}
+		if p.txp == nil {
+			p.resendCommit(ev.EndLSN)
 		}
 		p.skipping = false
 		p.open.Store(0)
@@ -412,6 +433,9 @@ func (p *Pipeline) send(pd *pending) {
 	if pd.size == 0 {
 		pd.size = RecordSize(&pd.rec)
 	}
+	if p.txp == nil {
+		p.resendSent(pd)
+	}
 	// Set last: the mapping fills the record whole.
 	pd.rec.Context = pd
 	// Add before Produce: the ack may arrive before Produce returns.
@@ -460,6 +484,9 @@ func (p *Pipeline) acked(pd *pending) {
 		p.log.Warn("bad event sent to the dead-letter topic", "event_id", pd.dead.id, "lsn", pd.lsn, "topic", pd.rec.Topic, "error", pd.dead.reason)
 	}
 	p.obs.Acked(pd.rec.Topic, pd.commitTime)
+	if pd.sent != nil {
+		pd.sent.acked(pd.sentSeq, pd.at)
+	}
 	p.ckpt.Ack(pd.tx)
 	p.inflight.Add(-1)
 	p.inflightBytes.Add(-pd.size)
@@ -525,15 +552,24 @@ func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() - p.ope
 
 // Lost forgets the open transaction: the server sends it again whole.
 // Records of it already produced stay in Kafka (at-least-once), and their
-// acknowledgements are ignored by the checkpoint.
+// acknowledgements are ignored by the checkpoint; what the broker
+// acknowledged of it, and of the transactions before it not yet confirmed,
+// is not published again when the server sends them again (resend.go).
 func (p *Pipeline) Lost() {
-	if p.txp != nil {
+	if p.txp == nil {
+		p.resendLost()
+	} else {
 		// Exactly-once: the open transaction's records are in no Kafka
 		// transaction yet; dropped, they are not repeated.
-		for _, r := range p.txp.Discard() {
+		dropped := p.txp.Discard()
+		for _, r := range dropped {
 			pd := r.Context.(*pending)
 			p.inflight.Add(-1)
 			p.inflightBytes.Add(-pd.size)
+		}
+		if len(dropped) > 0 {
+			p.log.Info("the replication connection was lost inside a transaction: its records, in no Kafka transaction yet, are dropped, and PostgreSQL sends it again whole",
+				"dropped", len(dropped))
 		}
 		p.skipping = false
 		p.open.Store(0)

@@ -276,6 +276,17 @@ func publicationSkipped(n *pgconn.PgError, publication string) bool {
 	return n.Code == pgerrcode.ObjectNotInPrerequisiteState && strings.Contains(n.Message, `"`+publication+`"`)
 }
 
+// standbySlotsWait reports whether a walsender's notice says it waits for
+// a standby slot that synchronized_standby_slots names (missing, logical,
+// invalidated or without a standby): PostgreSQL repeats it every few
+// seconds while it holds the stream back. Told by its SQLSTATE (22023 for
+// a missing or logical slot, 55000 for an invalidated or inactive one) and
+// the parameter's name, which translations quote unchanged.
+func standbySlotsWait(n *pgconn.PgError) bool {
+	return (n.Code == pgerrcode.InvalidParameterValue || n.Code == pgerrcode.ObjectNotInPrerequisiteState) &&
+		strings.Contains(n.Message, "synchronized_standby_slots")
+}
+
 // reasonConflict is SlotInfo.Reason for a slot that PostgreSQL 16 reports
 // conflicting, without saying which conflict.
 const reasonConflict = "conflict"

@@ -192,3 +192,29 @@ func TableIdentity(ctx context.Context, url string, table pgname.Name) (string, 
 	}
 	return *id, nil
 }
+
+// StreamIdentity is the identity of the stream of slot as PostgreSQL
+// keeps it, "<system identifier>/<database OID>/<slot>": what the
+// exactly-once producer's names (transactional id, checkpoint key) derive
+// from. The slot, not a table, is the stream: one slot carries every table
+// its publication holds, and one Kafka transaction and checkpoint hold its
+// whole position. The system identifier tells clusters apart (so two
+// services that keep the default slot name on one Kafka cluster do not
+// collide) and the database OID databases; all three survive restarts, a
+// hot-standby takeover (same server, same slot) and failover to a physical
+// standby (same system identifier and OIDs, the slot synchronized under
+// its name). A failure to connect is a *ConnectError.
+func StreamIdentity(ctx context.Context, url, slot string) (string, error) {
+	conn, err := connect(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var system, database string
+	err = conn.QueryRow(ctx, `SELECT (SELECT system_identifier FROM pg_control_system())::text,
+		(SELECT oid FROM pg_database WHERE datname = current_database())::text`).Scan(&system, &database)
+	if err != nil {
+		return "", err
+	}
+	return system + "/" + database + "/" + slot, nil
+}

@@ -3,7 +3,9 @@ package replication
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,9 +19,13 @@ import (
 // wal_status.
 type SlotObserver interface {
 	Slot(active bool, retainedBytes int64, walStatus string)
-	// SlotFailover: whether the slot is a failover slot (17+), and whether
-	// every standby slot synchronized_standby_slots names is streaming.
-	SlotFailover(failover, standbysStreaming bool)
+	// SlotFailover: whether the slot is a failover slot (17+), whether a
+	// failover keeps the stream (Readiness.Ready), and each standby's
+	// state (address → one of StandbyStates).
+	SlotFailover(failover, ready bool, standbys map[string]string)
+	// StandbySlotsBlocking: how many slots synchronized_standby_slots names
+	// hold the failover slot's walsender back (BlockingSlot).
+	StandbySlotsBlocking(n int)
 }
 
 // MonitorConfig says what a Monitor watches.
@@ -52,6 +58,8 @@ type Monitor struct {
 	conn       *pgx.Conn
 	walStatus  string // as last read
 	seenActive bool   // the slot has read active at least once
+	readiness  string // failover readiness as last logged
+	blocking   string // the blocking standby slots as last logged
 }
 
 // NewMonitor returns a monitor; Run starts it.
@@ -91,19 +99,97 @@ func (m *Monitor) Run(ctx context.Context) {
 // check reads the slot and the publication once. Only Run's goroutine
 // calls it: it owns the connection.
 func (m *Monitor) check(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	err := m.read(ctx)
-	if err != nil && ctx.Err() == nil {
-		m.log.Warn("could not read the replication slot's state", "slot", m.cfg.Slot, "error", err)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	info, err := m.read(rctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("could not read the replication slot's state", "slot", m.cfg.Slot, "error", err)
+		}
+		return
 	}
+	// The standbys have their own time: an unreachable one must not take
+	// the slot's.
+	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	m.failover(fctx, info)
 }
 
-func (m *Monitor) read(ctx context.Context) error {
+// failover reads and reports failover readiness from the standbys' side,
+// and what holds the walsender back on the primary's, saying each change
+// once.
+func (m *Monitor) failover(ctx context.Context, info SlotInfo) {
+	r := FailoverReadiness(ctx, m.cfg.URL, m.cfg.Slot, info.Failover, info.ConfirmedFlush)
+	states := map[string]string{}
+	var attrs []any
+	for _, s := range r.Standbys {
+		states[s.Addr] = s.State
+		detail := s.State
+		switch {
+		case s.Err != nil:
+			detail += ": " + s.Err.Error()
+		case s.BehindBytes > 0:
+			detail += fmt.Sprintf(" (copy at %s, %d bytes behind)", s.ConfirmedFlush, s.BehindBytes)
+		}
+		attrs = append(attrs, "standby_"+s.Addr, detail)
+	}
+	m.obs.SlotFailover(info.Failover, r.Ready, states)
+	if key := fmt.Sprint(r.Ready, r.Reason, states); key != m.readiness {
+		first := m.readiness == ""
+		m.readiness = key
+		attrs = append([]any{"slot", m.cfg.Slot, "reason", r.Reason}, attrs...)
+		switch {
+		case r.Ready:
+			m.log.Info("failover ready: every standby holds a synchronized, persistent copy of the slot close to its position", attrs...)
+		case r.Reason == NotFailoverSlot || r.Reason == NoStandby:
+			if !first {
+				m.log.Info("failover readiness is not judged: "+r.Reason, attrs...)
+			}
+		default:
+			m.log.Warn("not ready for a failover: a standby's copy of the slot is "+r.Reason+
+				" (temporary: dropped at promotion; behind: events since its position are sent again; missing or unreachable: the stream stops at the failover)", attrs...)
+		}
+	}
+
+	if !info.Failover || info.InRecovery {
+		m.obs.StandbySlotsBlocking(0)
+		return
+	}
+	blocking, err := blockingStandbySlots(ctx, m.conn)
+	if err != nil {
+		m.log.Warn("could not read synchronized_standby_slots", "error", err)
+		return
+	}
+	m.obs.StandbySlotsBlocking(len(blocking))
+	key := fmt.Sprint(blocking)
+	if key == m.blocking {
+		return
+	}
+	was := m.blocking
+	m.blocking = key
+	if len(blocking) == 0 {
+		if was != "" && was != "[]" {
+			m.log.Info("synchronized_standby_slots no longer holds the stream back", "synchronized_standby_slots", info.StandbySlots)
+		}
+		return
+	}
+	var names []string
+	for _, b := range blocking {
+		names = append(names, b.Name+" ("+b.Why+")")
+	}
+	m.log.Error("PostgreSQL holds the stream back: synchronized_standby_slots names standby slots without a standby streaming from them, "+
+		"and the walsender of a failover slot sends nothing past what those standbys received, so events wait and the lag grows (after a promotion, "+
+		"the new primary inherits the old one's setting). Fix: "+StandbySlotsFix(info.StandbySlots, blocking),
+		"slot", m.cfg.Slot, "synchronized_standby_slots", info.StandbySlots, "blocking", strings.Join(names, ", "))
+}
+
+// read reads the slot and the publication and reports them; it returns
+// the slot's state for failover.
+func (m *Monitor) read(ctx context.Context) (SlotInfo, error) {
 	if m.conn == nil || m.conn.IsClosed() {
 		conn, err := connect(ctx, m.cfg.URL)
 		if err != nil {
-			return err
+			return SlotInfo{}, err
 		}
 		m.conn = conn
 	}
@@ -111,9 +197,9 @@ func (m *Monitor) read(ctx context.Context) error {
 	switch {
 	case errors.Is(err, ErrSlotMissing):
 		m.obs.Slot(false, 0, "")
-		return err
+		return info, err
 	case err != nil:
-		return err
+		return info, err
 	}
 	if info.Invalidated() {
 		// Whatever the reason (17+: invalidation_reason; 16: conflicting),
@@ -123,13 +209,12 @@ func (m *Monitor) read(ctx context.Context) error {
 	}
 	m.obs.Slot(info.Active, info.RetainedBytes, info.WALStatus)
 	m.seenActive = m.seenActive || info.Active
-	m.obs.SlotFailover(info.Failover, info.StandbysStreaming)
 	logWALStatus(m.log, m.walStatus, info)
 	m.walStatus = info.WALStatus
 
 	problem, err := CheckPublication(ctx, m.conn, m.cfg.Publication, m.cfg.Outbox, m.cfg.Table)
 	if err != nil {
-		return err
+		return info, err
 	}
 	m.published.Store(problem == "")
 	if problem != "" {
@@ -137,7 +222,7 @@ func (m *Monitor) read(ctx context.Context) error {
 			"Was it dropped and created again, or a partition added by hand? Fix it as the problem says, then re-publish the rows inserted meanwhile (cdc-outbox republish)",
 			"problem", problem, "table", m.cfg.Table.String(), "publication", m.cfg.Publication)
 	}
-	return nil
+	return info, nil
 }
 
 func (m *Monitor) close() {

@@ -60,7 +60,8 @@ func (s *slotState) Slot(active bool, retained int64, walStatus string) {
 	s.active, s.retained, s.walStatus = active, retained, walStatus
 }
 
-func (s *slotState) SlotFailover(failover, standbysStreaming bool) {}
+func (s *slotState) SlotFailover(bool, bool, map[string]string) {}
+func (s *slotState) StandbySlotsBlocking(int)                   {}
 
 // TestMonitor reads a real slot and publication: the slot's state reaches
 // the observer, a publication that loses the outbox makes it unpublished
@@ -111,8 +112,9 @@ type activeState struct {
 	active atomic.Bool
 }
 
-func (s *activeState) Slot(active bool, _ int64, _ string) { s.active.Store(active); s.calls.Add(1) }
-func (s *activeState) SlotFailover(bool, bool)             {}
+func (s *activeState) Slot(active bool, _ int64, _ string)        { s.active.Store(active); s.calls.Add(1) }
+func (s *activeState) SlotFailover(bool, bool, map[string]string) {}
+func (s *activeState) StandbySlotsBlocking(int)                   {}
 
 // TestMonitorSeesStreamingSoon: the monitor's first read comes while the
 // stream is still connecting and finds the slot inactive; it reads again

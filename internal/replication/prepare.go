@@ -188,7 +188,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *
 	major := serverMajor(conn.PgConn().ParameterStatus("server_version"))
 	if s.Failover && major < failoverMajor {
 		log.Info("failover slots need PostgreSQL 17 or newer: on this server the slot lives on the primary only, and a failover to a standby loses it "+
-			"(cdc-outbox then stops and says how to recover; see High availability in the README)", "server_major", major)
+			"(cdc-outbox then stops and says how to recover; see High availability in docs/operating.md)", "server_major", major)
 	}
 	var plugin, database string
 	var confirmed pglogrepl.LSN

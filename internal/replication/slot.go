@@ -140,3 +140,34 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 	}
 	return info, nil
 }
+
+// heldSlotPosition reads, on a normal connection, the confirmed_flush_lsn
+// of the slot that the walsender pid holds. Held, the slot moves only by
+// that walsender's status updates, so the position read is final until the
+// stream sends one. An error if the slot is not held by pid (another
+// server answered the normal connection, or the walsender is gone).
+func heldSlotPosition(ctx context.Context, url, slot string, pid uint32) (pglogrepl.LSN, error) {
+	conn, err := connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var active *int32
+	var confirmed pglogrepl.LSN
+	err = conn.QueryRow(ctx, `SELECT active_pid, coalesce(confirmed_flush_lsn, '0/0') FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&active, &confirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %s", ErrSlotMissing, slot)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read replication slot %s: %w", slot, err)
+	}
+	if active == nil || uint32(*active) != pid {
+		holder := "no process"
+		if active != nil {
+			holder = fmt.Sprintf("process %d", *active)
+		}
+		return 0, fmt.Errorf("replication slot %s is held by %s, not by this stream's walsender (process %d)", slot, holder, pid)
+	}
+	return confirmed, nil
+}

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -45,6 +46,58 @@ func TestNextStatus(t *testing.T) {
 			}
 			if !u.ClientTime.Equal(now) || u.ReplyRequested {
 				t.Fatalf("client time %v reply %v", u.ClientTime, u.ReplyRequested)
+			}
+		})
+	}
+}
+
+// position is a checkpoint as the stream sees it: Idle moves it only when
+// nothing is in flight, as checkpoint.Tracker's does.
+type position struct {
+	confirmed pglogrepl.LSN
+	busy      bool
+}
+
+func (p *position) Confirmed() pglogrepl.LSN { return p.confirmed }
+func (p *position) Wait() <-chan struct{}    { return nil }
+func (p *position) Idle(walEnd pglogrepl.LSN) bool {
+	if p.busy || walEnd <= p.confirmed {
+		return false
+	}
+	p.confirmed = walEnd
+	return true
+}
+
+// TestTakeoverNeverGoesBackwards: the first status update after the stream
+// acquired the slot carries at least the slot's own position, read after
+// acquiring it, whatever the checkpoint says: a hot standby's checkpoint
+// starts where the slot was when it started, and the slot may have moved
+// far on since.
+func TestTakeoverNeverGoesBackwards(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name            string
+		own, slot, sent pglogrepl.LSN
+		busy            bool
+		want, wantOwn   pglogrepl.LSN
+	}{
+		{"standby behind the slot", 0x1000, 0x9000, 0, false, 0x9000, 0x9000},
+		{"in flight here: the checkpoint waits, the update does not go back", 0x1000, 0x9000, 0x1000, true, 0x9000, 0x1000},
+		{"slot behind (a promoted standby's copy)", 0x9000, 0x1000, 0x9000, false, 0x9000, 0x9000},
+		{"same position", 0x5000, 0x5000, 0x5000, false, 0x5000, 0x5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pos := &position{confirmed: tc.own, busy: tc.busy}
+			s := New(Config{Slot: "s"}, nil, pos, slog.New(slog.DiscardHandler))
+			s.lastSent, s.lastSentAt = tc.sent, t0
+			s.tookOver(tc.slot)
+			s.lastSentAt = time.Time{} // as session does once streaming starts
+			u, due := nextStatus(t0, pos.Confirmed(), s.lastSent, s.lastSentAt, 200*time.Millisecond, 10*time.Second, false)
+			if !due || u.WALFlushPosition != tc.want || u.WALWritePosition != tc.want || u.WALApplyPosition != tc.want {
+				t.Fatalf("first update due=%v write/flush/apply %s/%s/%s, want %s", due, u.WALWritePosition, u.WALFlushPosition, u.WALApplyPosition, tc.want)
+			}
+			if pos.confirmed != tc.wantOwn {
+				t.Fatalf("checkpoint at %s, want %s", pos.confirmed, tc.wantOwn)
 			}
 		})
 	}

@@ -242,6 +242,11 @@ func (s *Stream) session(ctx context.Context) error {
 	if err != nil {
 		return s.explain(conn, err)
 	}
+	held, err := heldSlotPosition(setupCtx, s.cfg.URL, s.cfg.Slot, conn.PID())
+	if err != nil {
+		return err
+	}
+	s.tookOver(held)
 	if h := s.cfg.Holding; h != nil {
 		s.cfg.Holding = nil // once per process, not per connection
 		if err := h(ctx); err != nil {
@@ -255,6 +260,25 @@ func (s *Stream) session(ctx context.Context) error {
 	// second update, but the first keepalive tick should come soon.
 	s.lastSentAt = time.Time{}
 	return s.stream(ctx, conn, pr)
+}
+
+// tookOver sets what the stream may send from the position of the slot it
+// now holds, read after acquiring it. A hot standby's position is the
+// slot's as it was when the standby started, possibly hours before it got
+// the slot, which the instance before it moved on since; sent as is, it
+// would move confirmed_flush_lsn backwards (older PostgreSQL releases take
+// what they are told; newer ones ignore it), and a stop before the next
+// update would send all of that again.
+// Everything up to the slot's position was confirmed by the process that
+// held it: the first update says at least that, and the checkpoint, when
+// nothing is open or in flight here, starts from it.
+func (s *Stream) tookOver(held pglogrepl.LSN) {
+	if own := max(s.pos.Confirmed(), s.lastSent); held > own {
+		s.log.Info("the slot is ahead of this instance's position: another instance confirmed more while this one waited; resuming from the slot's",
+			"slot", s.cfg.Slot, "slot_confirmed_lsn", held, "own_lsn", own)
+	}
+	s.lastSent = max(s.lastSent, held)
+	s.pos.Idle(held)
 }
 
 // explain turns the server errors that stop streaming for good into an
@@ -309,12 +333,20 @@ func (s *Stream) publicationGone(cause error) error {
 // error: the changes made while it is gone are then not sent at all, and a
 // streamer that went on would confirm past them. So that warning stops the
 // stream as the error does. It is told by its SQLSTATE and the
-// publication's name, which translations of the message keep. Other
-// notices are logged.
+// publication's name, which translations of the message keep. The
+// walsender's repeated notice that it waits for a standby slot of
+// synchronized_standby_slots is left to the slot monitor. Other notices are
+// logged.
 func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
 	n := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
 	if publicationSkipped(n, s.cfg.Publication) {
 		return fatal{s.publicationGone(n)}
+	}
+	if standbySlotsWait(n) {
+		// Repeated every few seconds while it lasts; the slot monitor says
+		// it once, with the fix.
+		s.log.Debug("PostgreSQL holds the stream back for a standby slot", "message", n.Message, "detail", n.Detail)
+		return nil
 	}
 	s.log.Warn("PostgreSQL sent a notice on the replication connection", "severity", n.Severity, "code", n.Code, "message", n.Message, "detail", n.Detail)
 	return nil

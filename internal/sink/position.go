@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -80,17 +82,27 @@ func EnsureCheckpointTopic(ctx context.Context, cfg Config, topic string) error 
 }
 
 // ReadCheckpoint reads the checkpoint topic to its end and returns the
-// last committed checkpoint of key. Call it after Fence, so that no
-// transaction of this transactional id is left undecided.
+// committed checkpoint of key written by origin with the highest LSN, on
+// whichever partition it lies: a record of another origin under the same
+// key (another cluster that used the same name) says nothing of this
+// stream, and positions only grow, so the highest is the latest. Call it
+// after Fence, so that no transaction of this transactional id is left
+// undecided.
 //
 // It does not read as a read_committed consumer does: that consumer stops
 // at the last stable offset, which any open transaction on the partition
-// holds back, and the topic is shared by every slot (a killed instance of
-// another slot leaves its transaction open until the broker times it out).
+// holds back, and the topic is shared by every stream (a killed instance of
+// another one leaves its transaction open until the broker times it out).
 // It reads everything to the high watermark instead, with the transaction
 // markers, and takes a checkpoint only once its producer's commit marker
 // follows it; an aborted or undecided one is passed over.
-func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpoint, error) {
+//
+// Found is false only when Kafka said so: every partition was read up to
+// the end offset the broker listed. A broker that is slow to answer is
+// waited for until ctx ends, which is an error naming the partitions not
+// read to their end, never an empty checkpoint (which would send again
+// everything since the slot's position).
+func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) (Checkpoint, error) {
 	fail := func(op string, err error) (Checkpoint, error) {
 		return Checkpoint{}, &CheckpointError{Topic: topic, Op: op, Err: err}
 	}
@@ -107,7 +119,8 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 		return fail("list its end offsets", err)
 	}
 	// The offset of the last record (data or transaction marker) of each
-	// partition.
+	// partition. The last record is never compacted away (the log cleaner
+	// leaves the active segment alone), so reading it is reading to the end.
 	parts := map[int32]kgo.Offset{}
 	last := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -133,20 +146,13 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 	// A transactional producer's checkpoint waits here for its marker.
 	pending := map[int64]Checkpoint{}
 	for len(last) > 0 {
-		// A poll that brings nothing in checkpointQuiet means there is
-		// nothing more: the last records were compacted away.
-		pctx, cancel := context.WithTimeout(ctx, checkpointQuiet)
-		fetches := cl.PollFetches(pctx)
-		cancel()
+		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return fail("read it", ctx.Err())
-		}
-		if fetches.Empty() {
-			break
+			return fail("read it", &ShortReadError{Unread: last, Err: ctx.Err()})
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
+			if ferr == nil {
 				ferr = err
 			}
 		})
@@ -162,22 +168,26 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 				// The key of a transaction marker: version, then type
 				// (0 abort, 1 commit), two bytes each.
 				if p, ok := pending[r.ProducerID]; ok {
-					if len(r.Key) >= 4 && r.Key[3] == 1 {
+					if len(r.Key) >= 4 && r.Key[3] == 1 && p.LSN >= cp.LSN {
 						cp = p
 					}
 					delete(pending, r.ProducerID)
 				}
 			case string(r.Key) != key:
 			default:
-				lsn, origin, perr := ParseCheckpoint(r.Value)
+				lsn, o, perr := ParseCheckpoint(r.Value)
 				if perr != nil {
 					err = perr
 					return
 				}
-				c := Checkpoint{LSN: lsn, Found: true, Origin: origin, At: r.Timestamp}
-				if r.Attrs.IsTransactional() {
+				if o != origin {
+					return
+				}
+				c := Checkpoint{LSN: lsn, Found: true, Origin: o, At: r.Timestamp}
+				switch {
+				case r.Attrs.IsTransactional():
 					pending[r.ProducerID] = c
-				} else {
+				case c.LSN >= cp.LSN:
 					cp = c
 				}
 			}
@@ -189,9 +199,24 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key string) (Checkpo
 	return cp, nil
 }
 
-// checkpointQuiet is how long ReadCheckpoint waits for a fetch that brings
-// nothing before it takes the end for reached.
-const checkpointQuiet = 5 * time.Second
+// ShortReadError is the checkpoint topic not read to its end: the
+// partitions in Unread (each with the offset of its last record) were
+// still short of it when Err (the deadline) ended the read.
+type ShortReadError struct {
+	Unread map[int32]int64
+	Err    error
+}
+
+func (e *ShortReadError) Error() string {
+	ps := make([]string, 0, len(e.Unread))
+	for p, end := range e.Unread {
+		ps = append(ps, fmt.Sprintf("%d (to offset %d)", p, end))
+	}
+	slices.Sort(ps)
+	return fmt.Sprintf("the broker did not deliver partitions %s to their end: %v", strings.Join(ps, ", "), e.Err)
+}
+
+func (e *ShortReadError) Unwrap() error { return e.Err }
 
 // CheckpointError is a failure to create or read the checkpoint topic.
 type CheckpointError struct {

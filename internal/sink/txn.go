@@ -125,10 +125,16 @@ func (t *Transactional) Boundary(end pglogrepl.LSN) {
 	full := t.boundary >= t.cfg.CommitRecords
 	t.mu.Unlock()
 	if full {
-		select {
-		case t.kick <- struct{}{}:
-		default:
-		}
+		t.CommitNow()
+	}
+}
+
+// CommitNow starts the next commit at once rather than after Interval: on
+// shutdown the stream waits for what is queued.
+func (t *Transactional) CommitNow() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -162,6 +168,12 @@ func (t *Transactional) SetCheckpoint(lsn pglogrepl.LSN) { t.committed.Store(uin
 // producer (another instance took over the transactional id), a record the
 // broker refused (the whole transaction is aborted), or a commit whose
 // outcome is unknown.
+//
+// ctx is the committer's own, not the process's: on a signal the stream
+// stops reading and waits (up to its shutdown timeout) for the queued whole
+// transactions to commit, which only a committer still running can do. So
+// ctx should end once the stream has returned; a commit still in progress
+// then is aborted, never left open.
 func (t *Transactional) Run(ctx context.Context) error {
 	timer := time.NewTimer(t.cfg.Interval)
 	defer timer.Stop()
@@ -175,7 +187,12 @@ func (t *Transactional) Run(ctx context.Context) error {
 		start := time.Now()
 		if err := t.commitQueued(ctx); err != nil {
 			if ctx.Err() != nil {
-				return nil // stopping: the broker aborts what is open, or the next start's Fence does
+				// Stopped in the middle of a commit (the stream's drain
+				// gave up after its timeout): commitQueued aborted it, or
+				// the broker could not be told and its transaction
+				// timeout, or the next start's Fence, aborts it. Nothing
+				// of it was confirmed.
+				return nil
 			}
 			return err
 		}
@@ -220,16 +237,16 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 	}
 	t.cl.Produce(ctx, CheckpointRecord(t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin, through), collect)
 	if err := t.cl.Flush(ctx); err != nil {
-		return t.abort(ctx, "flush the transaction's records", err)
+		return t.abort("flush the transaction's records", err)
 	}
 	if firstErr != nil {
 		if fenced(firstErr) {
-			return t.abort(ctx, "produce the transaction's records", firstErr)
+			return t.abort("produce the transaction's records", firstErr)
 		}
-		return t.abort(ctx, "produce the transaction's records", &RecordError{Topic: failedR.Topic, Err: firstErr})
+		return t.abort("produce the transaction's records", &RecordError{Topic: failedR.Topic, Err: firstErr})
 	}
 	if err := t.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return t.abort(ctx, "commit the transaction", err)
+		return t.abort("commit the transaction", err)
 	}
 	took := time.Since(start)
 	t.committed.Store(uint64(through))
@@ -242,13 +259,24 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 	return nil
 }
 
+// abortTimeout bounds the abort of a failed or interrupted transaction.
+const abortTimeout = 5 * time.Second
+
 // abort ends a failed transaction without committing it. What failed is
 // the error either way: the stream stops, and the next start sends again
 // what this transaction held.
-func (t *Transactional) abort(ctx context.Context, op string, err error) error {
+//
+// It has a context of its own: the transaction failed because Run's
+// context ended, often, and an abort on that context would never reach
+// the broker, leaving the transaction open, which holds back the last
+// stable offset of its partitions (what read_committed consumers may read)
+// until the broker's transaction timeout.
+func (t *Transactional) abort(op string, err error) error {
 	if t.obs != nil {
 		t.obs.TxAborted()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+	defer cancel()
 	if aerr := t.cl.AbortBufferedRecords(ctx); aerr == nil {
 		_ = t.cl.EndTransaction(ctx, kgo.TryAbort)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -64,7 +65,7 @@ func TestTransactionalCommitsWholeTransactionsWithTheirCheckpoint(t *testing.T) 
 			}
 		}
 	}
-	if cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a"); err != nil || cp.Found {
+	if cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a", "1/2/3"); err != nil || cp.Found {
 		t.Fatalf("a new checkpoint topic: %+v, %v", cp, err)
 	}
 
@@ -101,11 +102,11 @@ func TestTransactionalCommitsWholeTransactionsWithTheirCheckpoint(t *testing.T) 
 	if tp.Checkpoint() != 0x500 {
 		t.Fatalf("Checkpoint() = %s after the commit", tp.Checkpoint())
 	}
-	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a")
+	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a", "1/2/3")
 	if err != nil || !cp.Found || cp.LSN != 0x500 || cp.Origin != "1/2/3" {
 		t.Fatalf("checkpoint read back: %+v, %v; want 0/500 of 1/2/3", cp, err)
 	}
-	if other, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_b"); err != nil || other.Found {
+	if other, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_b", "1/2/3"); err != nil || other.Found {
 		t.Fatalf("another slot's checkpoint: %+v, %v", other, err)
 	}
 	if dropped := tp.Discard(); len(dropped) != 1 || string(dropped[0].Key) != "open" {
@@ -151,7 +152,7 @@ func TestTransactionalFenced(t *testing.T) {
 	if !errors.As(err, &te) || !te.Fenced() {
 		t.Fatalf("the fenced producer's Run returned %v, want a fenced *sink.TxError", err)
 	}
-	if cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a"); err != nil || cp.Found {
+	if cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a", "1/2/3"); err != nil || cp.Found {
 		t.Fatalf("checkpoint after the fenced transaction: %+v, %v", cp, err)
 	}
 }
@@ -203,8 +204,98 @@ func TestReadCheckpointPastOpenTransactions(t *testing.T) {
 	inTxn(mine, &abort, sink.CheckpointRecord(checkpoints, "slot_a", "1/2/3", 0xA00))
 	inTxn(mine+"x", nil, sink.CheckpointRecord(checkpoints, "slot_a", "1/2/3", 0xB00)) // undecided
 
-	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a")
+	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a", "1/2/3")
 	if err != nil || !cp.Found || cp.LSN != 0x900 {
 		t.Fatalf("checkpoint %+v, %v; want the committed 0/900", cp, err)
+	}
+}
+
+// TestReadCheckpointHighestOfItsOrigin: on a checkpoint topic of several
+// partitions, shared by streams that use the same key (two clusters with
+// the default slot name under the former default names), the checkpoint
+// read is the committed one of the wanted origin with the highest LSN,
+// whichever partition holds it and whatever was written after it: a lower
+// one written later on another partition, another origin's higher one.
+func TestReadCheckpointHighestOfItsOrigin(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	checkpoints := testenv.Topic(t, "checkpoints", 3)
+	cfg := sink.Config{Brokers: testenv.KafkaBrokers(t)}
+	cl := testenv.KafkaClient(t, kgo.TransactionalID(testenv.Name("txid")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	commit := func(partition int32, origin string, lsn uint64) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r := sink.CheckpointRecord(checkpoints, "cdc_outbox", origin, pglogrepl.LSN(lsn))
+		r.Partition = partition
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(1, "1/2/3", 0x900)
+	commit(0, "7/8/9", 0xF00) // another cluster's, under the same key
+	commit(2, "1/2/3", 0x500)
+	commit(0, "1/2/3", 0x700)
+
+	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "cdc_outbox", "1/2/3")
+	if err != nil || !cp.Found || cp.LSN != 0x900 || cp.Origin != "1/2/3" {
+		t.Fatalf("checkpoint %+v, %v; want 0/900 of 1/2/3", cp, err)
+	}
+	if cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "cdc_outbox", "4/5/6"); err != nil || cp.Found {
+		t.Fatalf("checkpoint of an origin that wrote none: %+v, %v", cp, err)
+	}
+}
+
+// TestReadCheckpointWaitsForASlowBroker: every fetch of the checkpoint
+// topic takes 6 s to reach the broker (a proxy on the broker's PROXIED
+// listener holds it), more than any single poll used to wait. The
+// checkpoint is still found; and with a deadline shorter than the delay,
+// the read fails with an error naming the partition not read to its end,
+// never a checkpoint "not found", which would send again everything
+// since the slot's position.
+func TestReadCheckpointWaitsForASlowBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	checkpoints := testenv.Name("checkpoints")
+	direct := sink.Config{Brokers: testenv.KafkaBrokers(t)}
+	if err := sink.EnsureCheckpointTopic(ctx, direct, checkpoints); err != nil {
+		t.Fatal(err)
+	}
+	cl := testenv.KafkaClient(t, kgo.TransactionalID(testenv.Name("txid")))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, sink.CheckpointRecord(checkpoints, "slot_a", "1/2/3", 0x900)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+
+	addr := testenv.KafkaProxiedBrokers(t)
+	p := testenv.NewProxy(t, addr, testenv.KafkaProxiedTarget(t))
+	const fetchAPI, delay = 1, 6 * time.Second
+	p.DelayKafka(fetchAPI, delay)
+	slow := sink.Config{Brokers: []string{addr}}
+	start := time.Now()
+	cp, err := sink.ReadCheckpoint(ctx, slow, checkpoints, "slot_a", "1/2/3")
+	if err != nil || !cp.Found || cp.LSN != 0x900 {
+		t.Fatalf("checkpoint through fetches delayed %s: %+v, %v; want 0/900", delay, cp, err)
+	}
+	if took := time.Since(start); took < delay {
+		t.Fatalf("read in %s: the fetches were not delayed", took)
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, delay/2)
+	defer cancelShort()
+	cp, err = sink.ReadCheckpoint(short, slow, checkpoints, "slot_a", "1/2/3")
+	var sr *sink.ShortReadError
+	if !errors.As(err, &sr) || len(sr.Unread) != 1 {
+		t.Fatalf("read with a deadline before the first fetch's answer: %+v, %v; want a *sink.ShortReadError of partition 0", cp, err)
 	}
 }

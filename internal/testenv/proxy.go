@@ -1,6 +1,9 @@
 package testenv
 
 import (
+	"bufio"
+	"encoding/binary"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -22,9 +25,17 @@ import (
 //   - Restore ends the blackhole: held and buffered bytes flow again, as when
 //     a partition heals and TCP retransmits, and waiting connections are
 //     dialled through.
+//   - DelayKafka holds every Kafka request of one API (a Fetch, say) for a
+//     while before forwarding it: a broker slow to answer that request
+//     alone, as one just restarted or loaded.
 type Proxy struct {
 	ln     net.Listener
 	target string
+
+	// delayAPI and delay are DelayKafka's: requests of Kafka API key
+	// delayAPI wait delay; delay 0 forwards bytes as they come.
+	delayAPI int16
+	delay    time.Duration
 
 	mu     sync.Mutex
 	cond   *sync.Cond // signalled when silent or closed changes
@@ -99,6 +110,17 @@ func (p *Proxy) Restore() {
 	p.cond.Broadcast()
 }
 
+// DelayKafka makes the proxy hold each Kafka request of API key api (1 is
+// Fetch) for d before forwarding it; other requests, and every response,
+// cross as before. Connections opened from then on read the client's bytes
+// as Kafka request frames (a 4-byte size, then the API key first): call it
+// before the client connects.
+func (p *Proxy) DelayKafka(api int16, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delayAPI, p.delay = api, d
+}
+
 // Conns is the number of open connections.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -162,9 +184,17 @@ func (p *Proxy) serve(l *link) {
 		return
 	}
 	l.server = server
+	api, delay := p.delayAPI, p.delay
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { p.copy(l, server, l.client); done <- struct{}{} }()
+	go func() {
+		if delay > 0 {
+			p.copyKafkaRequests(l, server, l.client, api, delay)
+		} else {
+			p.copy(l, server, l.client)
+		}
+		done <- struct{}{}
+	}()
 	go func() { p.copy(l, l.client, server); done <- struct{}{} }()
 	<-done
 	// One direction ended (the peer closed, or a cut): end the link, which
@@ -214,6 +244,34 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			}
 		}
 		if err != nil {
+			return
+		}
+	}
+}
+
+// copyKafkaRequests forwards src to dst one Kafka request frame at a time,
+// holding each of API key api for delay (the fault itself, so a plain
+// sleep: the link's end is noticed at the next write) and every frame while
+// the proxy is silent.
+func (p *Proxy) copyKafkaRequests(l *link, dst, src net.Conn, api int16, delay time.Duration) {
+	r := bufio.NewReaderSize(src, 32<<10)
+	for {
+		var size [4]byte
+		if _, err := io.ReadFull(r, size[:]); err != nil {
+			return
+		}
+		frame := make([]byte, 4+binary.BigEndian.Uint32(size[:]))
+		copy(frame, size[:])
+		if _, err := io.ReadFull(r, frame[4:]); err != nil {
+			return
+		}
+		if len(frame) >= 6 && int16(binary.BigEndian.Uint16(frame[4:])) == api {
+			time.Sleep(delay)
+		}
+		if !p.await(l) {
+			return
+		}
+		if _, err := dst.Write(frame); err != nil {
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -176,5 +177,33 @@ func TestProxyBlackholeHoldsClose(t *testing.T) {
 	p.Restore()
 	if _, err := readWithin(c, 1, 5*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read after restore: %v, want the close", err)
+	}
+}
+
+// kafkaFrame is a Kafka request frame of API key api: the size, then the
+// key, then body.
+func kafkaFrame(api int16, body string) string {
+	b := binary.BigEndian.AppendUint32(nil, uint32(2+len(body)))
+	b = binary.BigEndian.AppendUint16(b, uint16(api))
+	return string(append(b, body...))
+}
+
+// TestProxyDelayKafka: frames of another API cross, and one of the delayed
+// API crosses no sooner than the delay.
+func TestProxyDelayKafka(t *testing.T) {
+	p := NewProxy(t, "127.0.0.1:0", echo(t))
+	const delay = time.Second
+	p.DelayKafka(1, delay)
+	c := dial(t, p.Addr())
+	other, fetch := kafkaFrame(3, "metadata"), kafkaFrame(1, "fetch")
+	start := time.Now()
+	if got, err := roundTrip(t, c, other, 5*time.Second); err != nil || got != other {
+		t.Fatalf("another API's request: %q, %v", got, err)
+	}
+	if got, err := roundTrip(t, c, fetch, 10*time.Second); err != nil || got != fetch {
+		t.Fatalf("the delayed API's request: %q, %v", got, err)
+	}
+	if took := time.Since(start); took < delay {
+		t.Fatalf("the delayed request came back after %s, before the delay of %s", took, delay)
 	}
 }
