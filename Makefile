@@ -16,6 +16,9 @@ in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 # The Helm chart's tests are a module of their own too, so that Helm's and
 # the Kubernetes API types' dependencies never enter the streamer's go.mod
 # (deploy/helm/charttest: lint, render, validate, run the rendered pods).
+# It runs without -race: its own goroutines are a few writers under one
+# mutex, and -race would compile Helm's and Kubernetes' packages a second
+# time (3 minutes on 2 cores without the race detector).
 CHART_TESTS := deploy/helm/charttest
 
 .PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium
