@@ -13,7 +13,15 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 LIB_MODULES := outbox idempotency consume consume/consumeprom
 in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 
-.PHONY: build demo test test-pg test-stress test-unit lint fuzz clean bench bench-debezium bench-messages bench-outboxes
+# The Helm chart's tests are a module of their own too, so that Helm's and
+# the Kubernetes API types' dependencies never enter the streamer's go.mod
+# (deploy/helm/charttest: lint, render, validate, run the rendered pods).
+# It runs without -race: its own goroutines are a few writers under one
+# mutex, and -race would compile Helm's and Kubernetes' packages a second
+# time (3 minutes on 2 cores without the race detector).
+CHART_TESTS := deploy/helm/charttest
+
+.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -37,14 +45,16 @@ PG_MATRIX  ?= 14 16 17 18
 # versions differ in. (The failover tests are not among them: they start a
 # primary and a standby of their own, of the majors they need, 16 to 18,
 # in the full suite.)
-CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge|ManyOutboxes)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused|TestExactlyOnceEndToEnd|TestExactlyOnceSkipsWhatKafkaHolds|TestExactlyOnceZombieFenced|TestExactlyOnceHotStandby|TestExactlyOnceStopsCleanlyUnderLoad|TestTakeoverNeverMovesTheSlotBack|TestExactlyOnceTwoClustersDefaultNames|TestExactlyOnceSlowCheckpointRead|TestExactlyOnceFormerDefaultKey|TestRepublishResumesTimestampWithoutZone|TestExactlyOnceRestoredBaseBackup|TestMessagesInterleavedWithRows|TestMessageIsTheRowsRecord|TestMessagesRolledBackPublishNothing|TestMessageBadEvents|TestMessagesSIGKILLCycles|TestExactlyOnceMessages|TestOtherPrefixesDoNotHoldTheSlot|Judge|ManyOutboxes)|TestManyOutboxesOneSlot|TestOutboxesFromConfigFile|TestNewTenantJoinsUnderLoad|TestNewTableGapDetected|TestOutboxDroppedMidStream|TestManyOutboxesBadRow|TestExactlyOnceManyOutboxes|TestMembershipTriggerFollowsRenames)$$
+CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge|ManyOutboxes)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused|TestExactlyOnceEndToEnd|TestExactlyOnceSkipsWhatKafkaHolds|TestExactlyOnceZombieFenced|TestExactlyOnceHotStandby|TestExactlyOnceStopsCleanlyUnderLoad|TestTakeoverNeverMovesTheSlotBack|TestExactlyOnceTwoClustersDefaultNames|TestExactlyOnceSlowCheckpointRead|TestExactlyOnceFormerDefaultKey|TestRepublishResumesTimestampWithoutZone|TestExactlyOnceRestoredBaseBackup|TestMessagesInterleavedWithRows|TestMessageIsTheRowsRecord|TestMessagesRolledBackPublishNothing|TestMessageBadEvents|TestMessagesSIGKILLCycles|TestExactlyOnceMessages|TestOtherPrefixesDoNotHoldTheSlot|TestManyOutboxesOneSlot|TestOutboxesFromConfigFile|TestNewTenantJoinsUnderLoad|TestNewTableGapDetected|TestOutboxDroppedMidStream|TestManyOutboxesBadRow|TestExactlyOnceManyOutboxes|TestMembershipTriggerFollowsRenames)$$
 
 # Every test but the end-to-end ones, then those, verbosely.
 # -p 1: fault tests stop the shared servers, so packages take turns. The
 # end-to-end tests run last and verbosely, so each fault test's verifier line
-# (expected, missing, duplicates, order violations) is in the output.
+# (expected, missing, duplicates, order violations) is in the output. The
+# chart's tests come after ./deploy, whose promtool they use.
 SUITE = $(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -v /e2e$$) && \
 	$(call in_libs,test -race -count=1 -p 1 -timeout 60m ./...) && \
+	(cd $(CHART_TESTS) && $(GO) test -count=1 -timeout 30m -v ./...) && \
 	scripts/test-versions.sh current $(GO) test -race -count=1 -timeout 60m -v ./e2e
 
 # Every test on PostgreSQL $(PG_VERSION), then the core tests on each major of
@@ -54,6 +64,10 @@ SUITE = $(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -
 test:
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE) && \
 		scripts/test-versions.sh "$(PG_MATRIX)" $(GO) test -race -count=1 -p 1 -timeout 30m -v -run "$(CORE_TESTS)" ./e2e ./cmd/cdc-outbox'
+
+# The chart's tests alone, against local servers like make test.
+test-chart:
+	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c 'cd $(CHART_TESTS) && $(GO) test -count=1 -timeout 30m -v ./...'
 
 # Every test on one PostgreSQL major: make test-pg PG_VERSION=17
 test-pg:
@@ -69,11 +83,13 @@ test-stress:
 test-unit:
 	$(GO) test -short -count=1 ./...
 	$(call in_libs,test -short -count=1 ./...)
+	cd $(CHART_TESTS) && $(GO) test -short -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(call in_libs,vet ./...)
+	cd $(CHART_TESTS) && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(call in_libs,run $(STATICCHECK) ./...)
 

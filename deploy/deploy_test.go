@@ -72,6 +72,7 @@ var contract = map[string][]string{
 	"cdc_outbox_inflight_bytes":             nil,
 	"cdc_outbox_slot_retained_wal_bytes":    nil,
 	"cdc_outbox_slot_active":                nil,
+	"cdc_outbox_slot_holder":                nil,
 	"cdc_outbox_slot_wal_status":            {"status"},
 	"cdc_outbox_slot_failover_standby":      {"standby", "state"},
 	"cdc_outbox_standby_slots_blocking":     nil,

@@ -89,11 +89,23 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	// here once built, and metrics read 0 until then.
 	var parts atomic.Pointer[dataPath]
 	src := sources(&parts)
+	// Ready is /readyz: the holder streaming, or a standby that can take
+	// over at once (the server answered that another process holds the
+	// slot, the table is published, Kafka answers). A standby counts as
+	// ready so that a rolling update, which waits for each new pod to be
+	// ready, proceeds while the old pod holds the slot; cdc_outbox_ready and
+	// cdc_outbox_slot_holder stay 0 on it.
 	src.Ready = func() (bool, string) {
 		dp := parts.Load()
 		var missing []string
-		if dp == nil || !dp.stream.Connected() {
-			missing = append(missing, "not streaming from PostgreSQL (starting, reconnecting, or another instance holds the slot)")
+		role := ""
+		switch {
+		case dp != nil && dp.stream.Connected():
+			role = fmt.Sprintf("streaming: holds slot %s", c.Slot)
+		case dp != nil && dp.stream.Standby():
+			role = fmt.Sprintf("standby: slot %s is held by another process; this one takes over within seconds of its release", c.Slot)
+		default:
+			missing = append(missing, "not streaming from PostgreSQL (starting or reconnecting)")
 		}
 		if dp != nil && !dp.monitor.Published() {
 			missing = append(missing, fmt.Sprintf("an outbox table (%s) is not in publication %s, or not wholly: inserts into it are not streamed", describeOutboxes(specs), c.Publication))
@@ -110,7 +122,10 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		default:
 			missing = append(missing, "Kafka does not answer metadata requests")
 		}
-		return len(missing) == 0, strings.Join(missing, "; ")
+		if len(missing) > 0 {
+			return false, strings.Join(missing, "; ")
+		}
+		return true, role
 	}
 	v, rev := buildVersion()
 	reg := prometheus.NewRegistry()

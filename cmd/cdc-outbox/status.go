@@ -98,6 +98,11 @@ const (
 //	database             the database the slot belongs to
 //	active               whether a walsender is streaming from the slot
 //	active_pid           that walsender's pid; 0 when inactive
+//	holder_client_addr   the address the streaming process connects from (in Kubernetes,
+//	                     the holding pod's IP); "" when inactive, over a Unix socket, or
+//	                     when the role may not see that session
+//	holder_since         when that process's replication connection began, RFC 3339 in UTC;
+//	                     "" when not known
 //	confirmed_flush_lsn  the position the streamer confirmed last, e.g. "0/1A2B3C4"
 //	restart_lsn          the oldest WAL position the slot still needs ("0/0" when none)
 //	current_wal_lsn      the server's WAL position when read
@@ -166,6 +171,8 @@ type statusReport struct {
 	Database          string `json:"database"`
 	Active            bool   `json:"active"`
 	ActivePID         int32  `json:"active_pid"`
+	HolderClientAddr  string `json:"holder_client_addr"`
+	HolderSince       string `json:"holder_since"`
 	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
 	RestartLSN        string `json:"restart_lsn"`
 	CurrentWALLSN     string `json:"current_wal_lsn"`
@@ -370,6 +377,10 @@ func (r *statusReport) fill(in replication.Inspection) {
 		r.SlotExists = true
 		r.Plugin, r.Database = info.Plugin, info.Database
 		r.Active, r.ActivePID = info.Active, info.ActivePID
+		r.HolderClientAddr = info.HolderAddr
+		if !info.HolderSince.IsZero() {
+			r.HolderSince = info.HolderSince.UTC().Format(time.RFC3339)
+		}
 		r.ConfirmedFlushLSN = info.ConfirmedFlush.String()
 		r.RestartLSN = info.RestartLSN.String()
 		r.CurrentWALLSN = info.CurrentLSN.String()
@@ -648,7 +659,14 @@ func (r *statusReport) writeText(w io.Writer) {
 		add("  database", "%s", r.Database)
 		switch {
 		case r.Active:
-			add("  active", "yes (pid %d)", r.ActivePID)
+			holder := ""
+			if r.HolderClientAddr != "" {
+				holder += ", client " + r.HolderClientAddr
+			}
+			if r.HolderSince != "" {
+				holder += ", streaming since " + r.HolderSince
+			}
+			add("  active", "yes (pid %d%s)", r.ActivePID, holder)
 		case r.InactiveSince != "":
 			add("  active", "no, since %s (for %s)", r.InactiveSince, r.inactiveFor.Round(time.Second))
 		default:

@@ -75,7 +75,7 @@ func TestStatusInactiveSlot(t *testing.T) {
 		t.Fatalf("--json output is not one JSON object: %v\n%s", err, out)
 	}
 	for _, key := range []string{"verdict", "exit_code", "message", "warnings", "error", "slot", "slot_exists", "plugin",
-		"database", "active", "active_pid", "confirmed_flush_lsn", "restart_lsn", "current_wal_lsn", "lag_bytes",
+		"database", "active", "active_pid", "holder_client_addr", "holder_since", "confirmed_flush_lsn", "restart_lsn", "current_wal_lsn", "lag_bytes",
 		"retained_wal_bytes", "retained_wal", "wal_status", "invalidation_reason", "conflicting", "inactive_since",
 		"publication", "publication_exists", "publishes_inserts",
 		"publication_tables", "table", "table_exists", "table_in_publication", "table_rows_estimate", "outboxes"} {
@@ -145,6 +145,22 @@ func TestStatusActiveSlot(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 	t.Logf("text output:\n%s", out)
+
+	// Who holds the slot: the streaming connection's client address (the
+	// test connects over TCP to 127.0.0.1) and since when.
+	text := squash(out)
+	code, out, _ = status(t, "--postgres-url", url, "--slot", slot, "--json")
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
+		t.Fatalf("--json: exit %d, %v\n%s", code, err, out)
+	}
+	since, _ := r["holder_since"].(string)
+	if _, err := time.Parse(time.RFC3339, since); err != nil || r["holder_client_addr"] != "127.0.0.1" {
+		t.Errorf("holder_client_addr %v, holder_since %q (%v): want the walsender's client and start", r["holder_client_addr"], since, err)
+	}
+	if !strings.Contains(text, "client 127.0.0.1, streaming since "+since) {
+		t.Errorf("the text output does not say who holds the slot since %s:\n%s", since, text)
+	}
 }
 
 func TestStatusMissingSlot(t *testing.T) {

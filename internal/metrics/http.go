@@ -9,7 +9,8 @@ import (
 )
 
 // Handler serves /metrics from g, /healthz (the process answers) and
-// /readyz (200 only while ready; the body says what is not).
+// /readyz (200 only while ready, the body saying the role; 503 otherwise,
+// the body saying what is missing).
 func (m *Metrics) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -23,7 +24,11 @@ func (m *Metrics) Handler(g prometheus.Gatherer) http.Handler {
 			fmt.Fprintln(w, "not ready:", why)
 			return
 		}
-		fmt.Fprintln(w, "ready")
+		if why == "" {
+			fmt.Fprintln(w, "ready")
+			return
+		}
+		fmt.Fprintln(w, "ready:", why)
 	})
 	return mux
 }

@@ -19,6 +19,7 @@
 //	cdc_outbox_inflight_bytes                   gauge     their estimated size
 //	cdc_outbox_slot_retained_wal_bytes          gauge     pg_current_wal_lsn() - restart_lsn of the slot
 //	cdc_outbox_slot_active                      gauge     1 while a process streams from the slot
+//	cdc_outbox_slot_holder                      gauge     1 while this process holds the slot (streams from it); 0 while it waits for it (a standby) or connects
 //	cdc_outbox_slot_failover                    gauge     1 when the slot is a failover slot (PostgreSQL 17+), synchronized to standbys
 //	cdc_outbox_slot_failover_ready              gauge     1 when a failover keeps the stream: a failover slot, and every standby the connection string names holds a ready copy
 //	cdc_outbox_slot_failover_standby{standby,state} gauge 1 for each standby's copy of the slot: ready, temporary, behind, missing, not_synced, invalidated, unreachable
@@ -27,7 +28,7 @@
 //	cdc_outbox_connected{target}                gauge     1 while connected: target postgres (streaming) or kafka (answers metadata requests)
 //	cdc_outbox_reconnects_total{target}         counter   reconnections to postgres or kafka
 //	cdc_outbox_status_updates_total             counter   standby status updates sent to PostgreSQL
-//	cdc_outbox_ready                            gauge     1 while /readyz answers 200
+//	cdc_outbox_ready                            gauge     1 while this process streams with Kafka reachable (/readyz answers 200 then, and for a standby too)
 //	cdc_outbox_lost_history_total               counter   times Kafka was found to hold events of WAL the server no longer has (a failover past the standby's WAL, a restore)
 //	cdc_outbox_build_info{version,revision,goversion} gauge 1
 //
@@ -89,8 +90,9 @@ type Sources struct {
 	Skipped map[string]func() float64
 	// Outboxes are the outbox tables streamed, with their counts.
 	Outboxes func() []Outbox
-	// Ready says whether the streamer streams from PostgreSQL with Kafka
-	// reachable, and if not, what is missing.
+	// Ready says whether the process does its part: it streams from
+	// PostgreSQL with Kafka reachable, or it is a standby that can take
+	// over; why is what is missing, or when ready, its role.
 	Ready func() (ok bool, why string)
 }
 
@@ -212,12 +214,18 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		ready: src.Ready,
 		now:   time.Now,
 	}
+	// A standby is ready (/readyz), so that rolling updates proceed, but it
+	// streams nothing: cdc_outbox_ready stays what alerts ask of a job, that
+	// some process streams.
 	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cdc_outbox_ready", Help: "1 while streaming from PostgreSQL with Kafka reachable (what /readyz reports).",
+		Name: "cdc_outbox_ready", Help: "1 while this process streams from PostgreSQL with Kafka reachable (/readyz answers 200 then, and for a standby ready to take over).",
 	}, func() float64 {
 		ok, _ := src.Ready()
-		return b2f(ok)
+		return b2f(ok && src.PostgresConnected())
 	})
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_slot_holder", Help: "1 while this process holds the replication slot (streams from it); 0 while it waits for the slot, held by another process, or connects.",
+	}, func() float64 { return b2f(src.PostgresConnected()) })
 	for _, s := range WALStatuses {
 		m.slotWALStatus.WithLabelValues(s)
 	}

@@ -127,7 +127,7 @@ cdc_outbox_lost_history_total 1
 # HELP cdc_outbox_publish_errors_total Errors producing to Kafka, including ones that were retried.
 # TYPE cdc_outbox_publish_errors_total counter
 cdc_outbox_publish_errors_total 1
-# HELP cdc_outbox_ready 1 while streaming from PostgreSQL with Kafka reachable (what /readyz reports).
+# HELP cdc_outbox_ready 1 while this process streams from PostgreSQL with Kafka reachable (/readyz answers 200 then, and for a standby ready to take over).
 # TYPE cdc_outbox_ready gauge
 cdc_outbox_ready 1
 # HELP cdc_outbox_received_lsn Newest server WAL end received, as a number.
@@ -153,6 +153,9 @@ cdc_outbox_slot_failover_ready 0
 # TYPE cdc_outbox_slot_failover_standby gauge
 cdc_outbox_slot_failover_standby{standby="db-2:5432",state="temporary"} 1
 cdc_outbox_slot_failover_standby{standby="db-3:5432",state="missing"} 1
+# HELP cdc_outbox_slot_holder 1 while this process holds the replication slot (streams from it); 0 while it waits for the slot, held by another process, or connects.
+# TYPE cdc_outbox_slot_holder gauge
+cdc_outbox_slot_holder 1
 # HELP cdc_outbox_slot_retained_wal_bytes WAL the replication slot makes PostgreSQL keep: pg_current_wal_lsn() - restart_lsn.
 # TYPE cdc_outbox_slot_retained_wal_bytes gauge
 cdc_outbox_slot_retained_wal_bytes 4096
@@ -203,8 +206,8 @@ cdc_outbox_transactions_total 7
 		"cdc_outbox_outbox_events_total", "cdc_outbox_outbox_last_event_timestamp_seconds", "cdc_outbox_outboxes_unpublished",
 		"cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn", "cdc_outbox_reconnects_total",
 		"cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
-		"cdc_outbox_slot_failover_standby", "cdc_outbox_standby_slots_blocking",
-		"cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
+		"cdc_outbox_slot_failover_standby", "cdc_outbox_slot_holder", "cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status",
+		"cdc_outbox_standby_slots_blocking", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
 		"cdc_outbox_transactions_skipped_total", "cdc_outbox_transactions_total",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
@@ -288,6 +291,42 @@ func TestEndpoints(t *testing.T) {
 }
 
 func goVersion() string { return runtimeVersion }
+
+// TestStandbyReadyButNotHolder: a standby waiting for the slot is ready
+// (/readyz 200, saying so, for rolling updates to proceed), and still shows
+// as not holding the slot and not streaming, which alerts count.
+func TestStandbyReadyButNotHolder(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg, Sources{
+		Confirmed: fixed(0), Received: fixed(0), Transactions: fixed(0), InFlight: fixed(0), InFlightBytes: fixed(0),
+		PostgresConnected: func() bool { return false }, PostgresReconnects: fixed(0), StatusUpdates: fixed(0),
+		Oldest:     func() (time.Time, bool) { return time.Time{}, false },
+		Checkpoint: fixed(0), SkippedTransactions: fixed(0),
+		Ready: func() (bool, string) { return true, "standby: the slot is held by another process" },
+	}, Build{})
+	want := `
+# HELP cdc_outbox_ready 1 while this process streams from PostgreSQL with Kafka reachable (/readyz answers 200 then, and for a standby ready to take over).
+# TYPE cdc_outbox_ready gauge
+cdc_outbox_ready 0
+# HELP cdc_outbox_slot_holder 1 while this process holds the replication slot (streams from it); 0 while it waits for the slot, held by another process, or connects.
+# TYPE cdc_outbox_slot_holder gauge
+cdc_outbox_slot_holder 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cdc_outbox_ready", "cdc_outbox_slot_holder"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler(reg))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "ready: standby: the slot is held by another process\n" {
+		t.Errorf("/readyz of a standby: %d %q", resp.StatusCode, b)
+	}
+}
 
 // TestReceiveLatency: each transaction's arrival is one observation of the
 // time since its commit, linted like the other metrics.

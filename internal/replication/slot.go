@@ -60,6 +60,14 @@ type SlotInfo struct {
 	// exists and is active, a standby streaming from it.
 	StandbySlots      string
 	StandbysStreaming bool
+
+	// HolderAddr is the client address of the process streaming from the
+	// slot (pg_stat_replication.client_addr; in Kubernetes, the holding
+	// pod's IP), HolderSince when its connection began: "" and zero while
+	// inactive, or for a Unix-socket connection, or when the role may not
+	// see that session.
+	HolderAddr  string
+	HolderSince time.Time
 }
 
 // Invalidated reports whether PostgreSQL invalidated the slot: it can never
@@ -95,7 +103,7 @@ const slotColumns = `coalesce(to_jsonb(s)->>'invalidation_reason', ''),
 func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
 	info := SlotInfo{Name: slot}
 	var pid *int32
-	var inactiveSince *time.Time
+	var inactiveSince, holderSince *time.Time
 	var inactiveFor *float64
 	// On a standby the WAL position is what it replayed: pg_current_wal_lsn()
 	// fails during recovery.
@@ -108,11 +116,16 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 			coalesce((to_jsonb(s)->>'failover')::bool, false), coalesce((to_jsonb(s)->>'synced')::bool, false), pg_is_in_recovery(),
 			coalesce(current_setting('synchronized_standby_slots', true), ''),
 			coalesce((SELECT count(*) = cardinality(sss.names) AND bool_and(p.active) FROM pg_replication_slots p
-				WHERE p.slot_name = ANY(sss.names)), false)
+				WHERE p.slot_name = ANY(sss.names)), false),
+			coalesce((SELECT host(r.client_addr) FROM pg_stat_replication r WHERE r.pid = s.active_pid), ''),
+			(SELECT r.backend_start FROM pg_stat_replication r WHERE r.pid = s.active_pid)
 		FROM pg_replication_slots s, w, sss WHERE slot_name = $1`, slot).
 		Scan(&info.Plugin, &info.Database, &info.Active, &pid, &info.ConfirmedFlush, &info.RestartLSN,
 			&info.CurrentLSN, &info.RetainedBytes, &info.WALStatus, &info.InvalidationReason, &info.Conflicting, &inactiveSince, &inactiveFor,
-			&info.Failover, &info.Synced, &info.InRecovery, &info.StandbySlots, &info.StandbysStreaming)
+			&info.Failover, &info.Synced, &info.InRecovery, &info.StandbySlots, &info.StandbysStreaming, &info.HolderAddr, &holderSince)
+	if holderSince != nil {
+		info.HolderSince = *holderSince
+	}
 	if inactiveSince != nil && inactiveFor != nil {
 		info.InactiveSince, info.InactiveFor = *inactiveSince, time.Duration(*inactiveFor*float64(time.Second))
 	}

@@ -102,6 +102,7 @@ type Stream struct {
 
 	received   atomic.Uint64 // newest server WAL end seen, for metrics
 	connected  atomic.Bool
+	standby    atomic.Bool // the last attempt found the slot held by another process
 	reconnects atomic.Uint64
 	updates    atomic.Uint64 // status updates sent
 }
@@ -114,8 +115,14 @@ func New(cfg Config, h Handler, pos Position, log *slog.Logger) *Stream {
 // Received is the newest WAL position the server reported.
 func (s *Stream) Received() pglogrepl.LSN { return pglogrepl.LSN(s.received.Load()) }
 
-// Connected reports whether a replication connection is streaming.
+// Connected reports whether a replication connection is streaming: this
+// process holds the slot, which PostgreSQL lets one walsender use at a time.
 func (s *Stream) Connected() bool { return s.connected.Load() }
+
+// Standby reports whether the last attempt to stream found the slot held
+// by another process: the server answered, the slot exists, and this
+// process takes it over at its next attempt after the holder released it.
+func (s *Stream) Standby() bool { return s.standby.Load() }
 
 // Reconnects counts connections lost and tried again.
 func (s *Stream) Reconnects() uint64 { return s.reconnects.Load() }
@@ -146,6 +153,7 @@ func (s *Stream) Run(ctx context.Context) error {
 		began := time.Now()
 		err := s.session(ctx)
 		s.connected.Store(false)
+		s.standby.Store(CauseOf(err) == CauseSlotInUse)
 		if ctx.Err() != nil && err == nil {
 			return nil
 		}
@@ -259,6 +267,7 @@ func (s *Stream) session(ctx context.Context) error {
 			return fatal{err}
 		}
 	}
+	s.standby.Store(false)
 	s.connected.Store(true)
 	s.log.Info("streaming", "slot", s.cfg.Slot, "publication", s.cfg.Publication, "start_lsn", start)
 	// The server resumes after start; what was confirmed before needs no
