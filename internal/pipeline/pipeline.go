@@ -27,7 +27,6 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // Bad-event policies.
@@ -485,12 +484,11 @@ func (p *Pipeline) fail(err error) {
 	}
 }
 
-// eventID reads the id header the mapping put first.
+// eventID reads the event id of a record the mapping made, in any record
+// format, or of a dead-letter record.
 func eventID(r *kgo.Record) string {
-	for _, h := range r.Headers {
-		if h.Key == contract.HeaderID {
-			return string(h.Value)
-		}
+	if id := mapping.RecordEventID(r); id != "" {
+		return id
 	}
 	return "?"
 }
