@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/internal/tracing"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
@@ -152,6 +154,8 @@ func mappingFlags(f *flags, c *runConfig) {
 	f.String(&c.Mapping.PayloadColumn, "column-payload", m.PayloadColumn, "payload `column` (the record value): jsonb, json, text or bytea")
 	f.String(&c.Mapping.HeadersColumn, "column-headers", m.HeadersColumn, "optional json `column` whose keys become extra headers")
 	f.String(&c.Mapping.CreatedAtColumn, "column-created-at", m.CreatedAtColumn, "optional timestamp `column` (the record timestamp)")
+	f.String(&c.Mapping.TracingSpanContextColumn, "column-tracing-span-context", "", "optional text `column` holding the trace context as Debezium's outbox extensions write it "+
+		"(tracingspancontext: traceparent=..., tracestate=...); it becomes the traceparent and tracestate headers unless the headers column has a traceparent")
 	c.Mapping.MaxHeaderBytes = m.MaxHeaderBytes
 
 	f.String(&c.OnBadEvent, "on-bad-event", pipeline.Fail, "what to do with a row that cannot be published: fail (stop, confirm nothing past it) or dead-letter")
@@ -228,6 +232,11 @@ func (c *runConfig) validate() error {
 	check(c.Delivery == deliveryAtLeastOnce || c.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", c.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
 	check(c.TransactionInterval > 0, "--transaction-interval %s: must be positive", c.TransactionInterval)
 	check(c.CheckpointTopic != "", "--checkpoint-topic is empty: give the compacted topic that holds the positions")
+	if tracing.Enabled(os.Getenv) {
+		if err := tracing.CheckEnv(os.Getenv); err != nil {
+			p = append(p, fmt.Errorf("tracing: %w", err))
+		}
+	}
 	return errors.Join(p...)
 }
 

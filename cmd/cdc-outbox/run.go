@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/internal/tracing"
 )
 
 func runCommand(args []string, stdout, stderr io.Writer) int {
@@ -157,6 +159,24 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		return err
 	}
 	c.Mapping.Source = source
+	var tracer pipeline.Tracer // nil unless the OTEL_* variables ask for traces
+	if tracing.Enabled(os.Getenv) {
+		t, shutdown, err := tracing.New(ctx, tracing.Config{Source: source, Version: version})
+		if err != nil {
+			return err
+		}
+		// Closed after the sink, so the spans of the last acknowledgements
+		// are exported.
+		g.Close(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := shutdown(sctx); err != nil {
+				log.Warn("tracing: the last spans were not exported", "error", err)
+			}
+		})
+		tracer = t
+		log.Info("tracing: a span per event, exported over OTLP as the OTEL_* environment variables say")
+	}
 
 	tracker := checkpoint.New(start)
 	sinkCfg := sink.Config{
@@ -201,6 +221,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
 		Explain:           explain,
+		Tracer:            tracer,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
 		return err

@@ -60,6 +60,13 @@ type Config struct {
 	// URI-reference (ValidSource).
 	Source string
 
+	// TracingSpanContextColumn names an optional text column holding the
+	// trace context as Debezium's outbox extensions write it (its
+	// tracingspancontext column, java.util.Properties text); its
+	// traceparent and tracestate become headers of those names, unless
+	// the headers column has a traceparent. Empty: no such column.
+	TracingSpanContextColumn string
+
 	// Format lays the record out: FormatNative (the default, also for
 	// ""), or a CloudEvents format (format.go).
 	Format Format
@@ -115,6 +122,7 @@ type Mapper struct {
 	maxHeader  int
 	source     []byte // the source header's value, shared by every record; nil for none
 	format     Format
+	traceCol   int // index in cols of the tracing column, -1 for none
 
 	// Topics and header keys repeat from row to row; interning them saves
 	// an allocation each per record.
@@ -169,6 +177,10 @@ func New(cfg Config) (*Mapper, error) {
 		}
 		m.idx[r] = add(n.name)
 	}
+	m.traceCol = -1
+	if cfg.TracingSpanContextColumn != "" {
+		m.traceCol = add(cfg.TracingSpanContextColumn)
+	}
 	parts, err := parseTopicTemplate(cfg.Topic)
 	if err != nil {
 		return nil, fmt.Errorf("mapping: %w", err)
@@ -187,7 +199,8 @@ func New(cfg Config) (*Mapper, error) {
 
 // Columns returns the column names Map needs, in the order Map expects them:
 // the event id, aggregate type, aggregate id, event type, payload, headers
-// and created_at columns, then columns only the topic template uses. A name
+// and created_at columns, the tracing column when configured, then columns
+// only the topic template uses. A name
 // used twice appears once. The caller must not modify the slice.
 func (m *Mapper) Columns() []string { return m.cols }
 
@@ -255,6 +268,24 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 			return err
 		}
 	}
+	var traceparent, tracestate []byte
+	if m.traceCol >= 0 {
+		if c := &cols[m.traceCol]; !c.Missing && !c.Null {
+			var why string
+			switch c.TypeOID {
+			case oidText, oidVarchar:
+				traceparent, tracestate, why = spanContext(c.Data)
+			default:
+				why = fmt.Sprintf("has type OID %d; the tracing span context column must be text or varchar", c.TypeOID)
+			}
+			if why != "" {
+				return m.bad(cols, m.cols[m.traceCol], why)
+			}
+			if err := m.checkHeaderValue(cols, m.cols[m.traceCol], tracestate); err != nil {
+				return err
+			}
+		}
+	}
 	var ts time.Time
 	if c := &cols[m.idx[roleCreatedAt]]; !c.Missing && !c.Null {
 		if ts, err = m.timestamp(cols, c); err != nil {
@@ -307,6 +338,9 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 		}
 	}
 	*rec = kgo.Record{Topic: topic, Key: key, Value: value, Headers: hdrs, Timestamp: ts}
+	if traceparent != nil {
+		addSpanContext(rec, traceparent, tracestate)
+	}
 	if m.format != FormatNative {
 		return m.cloudEvent(cols, rec, firstExtra, ts, payload.TypeOID)
 	}

@@ -49,6 +49,16 @@ type Config struct {
 	// dead-letter record's error header, the log), with what to do: the
 	// command's advice. nil renders err.Error().
 	Explain func(error) string
+	// Tracer follows each event in a span from its commit to the broker's
+	// answer (internal/tracing); nil, the default, does nothing per event.
+	Tracer Tracer
+}
+
+// Tracer starts an event's span when its record is produced: the child of
+// the trace context in rec's headers, whose context it writes back into
+// them. end is called once, with the broker's first answer.
+type Tracer interface {
+	Start(rec *kgo.Record, eventID string, lsn pglogrepl.LSN, commitUnixNano int64) (end func(*kgo.Record, error))
 }
 
 // Catalog says what a relation the stream describes is; replication.Catalog
@@ -228,9 +238,10 @@ type pending struct {
 	tx              *checkpoint.Tx
 	lsn             pglogrepl.LSN
 	size            int64
-	commitTime      int64             // unix nanoseconds, for latency
-	seq             uint64            // production order
-	rel             *decoder.Relation // the row's relation, named in a dead-letter record
+	commitTime      int64                    // unix nanoseconds, for latency
+	seq             uint64                   // production order
+	rel             *decoder.Relation        // the row's relation, named in a dead-letter record
+	endSpan         func(*kgo.Record, error) // the event's span, nil when not traced
 	// dead is set when the record is a dead-letter record: what it sets
 	// aside, logged once the broker has it.
 	dead *deadLetter
@@ -377,6 +388,11 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 		return p.bad(ev, &BadEventError{EventID: p.mapper.EventID(p.cols), LSN: lsn,
 			Err: &TooLargeError{Size: pd.size, Limit: p.cfg.MaxRecordBytes}})
 	}
+	if p.cfg.Tracer != nil {
+		// After the size check: the traceparent it writes replaces the
+		// row's, or adds one that recordOverhead leaves room for.
+		pd.endSpan = p.cfg.Tracer.Start(&pd.rec, p.mapper.EventID(p.cols), lsn, p.commitTime)
+	}
 	p.send(pd)
 	return nil
 }
@@ -427,6 +443,12 @@ func (p *Pipeline) send(pd *pending) {
 // ack is the promise of every record: the broker's answer.
 func (p *Pipeline) ack(r *kgo.Record, err error) {
 	pd := r.Context.(*pending)
+	if pd.endSpan != nil {
+		// The span ends with the broker's first answer; a refused record
+		// sent again alone is not traced again.
+		pd.endSpan(r, err)
+		pd.endSpan = nil
+	}
 	switch {
 	case err == nil:
 		p.acked(pd)
