@@ -69,6 +69,7 @@ require (
 // tests build against the copies in this repository.
 replace (
 	github.com/cdc-outbox/cdc-outbox/consume => ./consume
+	github.com/cdc-outbox/cdc-outbox/consume/consumeotel => ./consume/consumeotel
 	github.com/cdc-outbox/cdc-outbox/consume/consumeprom => ./consume/consumeprom
 	github.com/cdc-outbox/cdc-outbox/idempotency => ./idempotency
 	github.com/cdc-outbox/cdc-outbox/outbox => ./outbox
