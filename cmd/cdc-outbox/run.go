@@ -161,7 +161,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	c.Mapping.Source = source
 	var tracer pipeline.Tracer // nil unless the OTEL_* variables ask for traces
 	if tracing.Enabled(os.Getenv) {
-		t, shutdown, err := tracing.New(ctx, tracing.Config{Source: source, Version: version})
+		t, shutdown, err := tracing.New(ctx, tracing.Config{Source: source, Version: version, Log: log})
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -88,6 +90,9 @@ type Tracer struct {
 type Config struct {
 	Source  string // the outbox's source, an attribute of every span
 	Version string // the streamer's version, for the instrumentation scope
+	// Log receives the SDK's errors (an export that failed), which it
+	// would otherwise print on its own; nil discards them.
+	Log *slog.Logger
 }
 
 // New sets up the SDK from the environment (Enabled must be true) and
@@ -107,6 +112,10 @@ func New(ctx context.Context, cfg Config) (*Tracer, func(context.Context) error,
 		resource.WithAttributes(semconv.ServiceName(serviceName())))
 	if err != nil {
 		return nil, nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	if cfg.Log != nil {
+		log := cfg.Log.With("component", "tracing")
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("OpenTelemetry: spans not exported", "error", err) }))
 	}
 	// The sampler is the SDK's default, which reads OTEL_TRACES_SAMPLER.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
