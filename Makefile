@@ -13,7 +13,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 LIB_MODULES := outbox idempotency consume consume/consumeprom consume/consumeotel
 in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 
-.PHONY: build demo test test-pg test-stress test-unit lint fuzz clean bench bench-debezium
+.PHONY: build demo test test-pg test-stress test-unit lint fuzz clean bench bench-debezium jaeger
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -51,19 +51,25 @@ SUITE = $(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -
 # PG_MATRIX, against a real PostgreSQL and a real Kafka (started here unless
 # CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point
 # elsewhere). Each run ends with a line per version: tests, passed, time.
-test:
+test: jaeger
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE) && \
 		scripts/test-versions.sh "$(PG_MATRIX)" $(GO) test -race -count=1 -p 1 -timeout 30m -v -run "$(CORE_TESTS)" ./e2e ./cmd/cdc-outbox'
 
 # Every test on one PostgreSQL major: make test-pg PG_VERSION=17
-test-pg:
+test-pg: jaeger
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE)'
 
 # The end-to-end tests while CPU burners keep every core busy
 # (scripts/burn-cpu.sh): a test that waits on luck fails here first.
-test-stress:
+test-stress: jaeger
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh scripts/burn-cpu.sh \
 		scripts/test-versions.sh current $(GO) test -race -count=1 -timeout 60m -v ./e2e
+
+# Jaeger, the OTLP receiver of the tracing test, built from its Go module
+# into .local/bin once (scripts/jaeger.sh; scripts/jaeger/go.mod pins it) and
+# reused: the first build takes long, later ones nothing.
+jaeger:
+	scripts/jaeger.sh build
 
 # The tests that need no server, in seconds.
 test-unit:

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/cdc-outbox/cdc-outbox/consume v0.0.0-00010101000000-000000000000
+	github.com/cdc-outbox/cdc-outbox/consume/consumeotel v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/consume/consumeprom v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/idempotency v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/outbox v0.0.0-00010101000000-000000000000
