@@ -50,7 +50,7 @@ func TestHandlerRunsInConsumerSpan(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range s.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	for k, v := range map[string]string{"messaging.system": "kafka", "messaging.consumer.group.name": "billing", "messaging.message.id": "42",
 		"messaging.destination.partition.id": "1", "messaging.kafka.offset": "9"} {

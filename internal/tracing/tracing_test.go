@@ -55,7 +55,7 @@ func TestSpanIsChildOfStoredContext(t *testing.T) {
 	}
 	attrs := map[attribute.Key]string{}
 	for _, a := range s.Attributes {
-		attrs[a.Key] = a.Value.Emit()
+		attrs[a.Key] = a.Value.String()
 	}
 	for k, v := range map[attribute.Key]string{"messaging.system": "kafka", "messaging.destination.name": "outbox.event.order", "messaging.kafka.message.key": "o-1",
 		"messaging.message.id": "42", "cdc_outbox.source": "s/1/2", "cdc_outbox.commit_lsn": "0/1D84D38", "messaging.destination.partition.id": "2",
