@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # service gets only the dependencies of the library it uses. Go commands at
 # the root do not descend into them: in_libs runs one in each,
 # e.g. $(call in_libs,vet ./...).
-LIB_MODULES := outbox idempotency consume consume/consumeprom
+LIB_MODULES := outbox idempotency consume consume/consumeprom consume/consumeotel
 in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 
 # The Helm chart's tests are a module of their own too, so that Helm's and
@@ -21,7 +21,7 @@ in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 # time (3 minutes on 2 cores without the race detector).
 CHART_TESTS := deploy/helm/charttest
 
-.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes
+.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes jaeger
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -61,7 +61,7 @@ SUITE = $(GO) test -race -count=1 -p 1 -timeout 60m $$($(GO) list ./... | grep -
 # PG_MATRIX, against a real PostgreSQL and a real Kafka (started here unless
 # CDC_OUTBOX_TEST_POSTGRES_URL / CDC_OUTBOX_TEST_KAFKA_BROKERS point
 # elsewhere). Each run ends with a line per version: tests, passed, time.
-test:
+test: jaeger
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE) && \
 		scripts/test-versions.sh "$(PG_MATRIX)" $(GO) test -race -count=1 -p 1 -timeout 30m -v -run "$(CORE_TESTS)" ./e2e ./cmd/cdc-outbox'
 
@@ -70,14 +70,20 @@ test-chart:
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c 'cd $(CHART_TESTS) && $(GO) test -count=1 -timeout 30m -v ./...'
 
 # Every test on one PostgreSQL major: make test-pg PG_VERSION=17
-test-pg:
+test-pg: jaeger
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh sh -c '$(SUITE)'
 
 # The end-to-end tests while CPU burners keep every core busy
 # (scripts/burn-cpu.sh): a test that waits on luck fails here first.
-test-stress:
+test-stress: jaeger
 	PG_VERSION=$(PG_VERSION) scripts/with-servers.sh scripts/burn-cpu.sh \
 		scripts/test-versions.sh current $(GO) test -race -count=1 -timeout 60m -v ./e2e
+
+# Jaeger, the OTLP receiver of the tracing test, built from its Go module
+# into .local/bin once (scripts/jaeger.sh; scripts/jaeger/go.mod pins it) and
+# reused: the first build takes long, later ones nothing.
+jaeger:
+	scripts/jaeger.sh build
 
 # The tests that need no server, in seconds.
 test-unit:

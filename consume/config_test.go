@@ -107,6 +107,10 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+func ceStructured(doc string) *kgo.Record {
+	return &kgo.Record{Value: []byte(doc), Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json; charset=UTF-8")}}}
+}
+
 func TestEventKey(t *testing.T) {
 	rec := func(hs ...string) *kgo.Record {
 		r := &kgo.Record{}
@@ -129,6 +133,15 @@ func TestEventKey(t *testing.T) {
 		{rec("id", "1", "id", "2"), dedupeKey{}, false},
 		{rec("id", "1", "source", "a", "source", "b"), dedupeKey{}, false},
 		{rec("ID", "1"), dedupeKey{}, false},
+		// CloudEvents, binary mode: the ce_id and ce_source attributes.
+		{rec("ce_specversion", "1.0", "ce_id", "42", "ce_source", "payments", "id", "7"), dedupeKey{"payments", "42"}, true},
+		{rec("ce_specversion", "1.0", "ce_id", "42"), dedupeKey{}, false}, // source is required in CloudEvents
+		{rec("ce_specversion", "1.0", "ce_id", "1", "ce_id", "2", "ce_source", "a"), dedupeKey{}, false},
+		// Structured mode: the event's id and source members.
+		{ceStructured(`{"specversion":"1.0","id":"42","source":"/billing","type":"t","data":{"id":"9"}}`), dedupeKey{"/billing", "42"}, true},
+		{ceStructured(`{"specversion":"1.0","id":"42","type":"t"}`), dedupeKey{}, false},
+		{ceStructured(`{"specversion":"1.0","id":42,"source":"a"}`), dedupeKey{}, false},
+		{ceStructured(`not json`), dedupeKey{}, false},
 	} {
 		if ev, ok := eventKey(tc.r); ok != tc.ok || ok && ev != tc.want {
 			t.Errorf("eventKey(%v) = %+v, %v; want %+v, %v", tc.r.Headers, ev, ok, tc.want, tc.ok)

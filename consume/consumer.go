@@ -390,8 +390,12 @@ func deadLetter(r *kgo.Record, topic, group string, attempts int, cause error) *
 // the id is missing or empty, or when either header appears several times
 // with different values: the record could then be mistaken for another
 // event. A record without a source header (from a streamer that sets none)
-// has source "".
+// has source "". A CloudEvents record is identified by its id and source
+// attributes instead (cloudevents.go).
 func eventKey(r *kgo.Record) (ev dedupeKey, ok bool) {
+	if ev, ce, ok := cloudEventKey(r); ce {
+		return ev, ok
+	}
 	id, idOK := header(r, HeaderEventID)
 	source, sourceOK := header(r, HeaderSource)
 	ev = dedupeKey{source: source, id: id}

@@ -23,7 +23,11 @@
 // the topics of several services must tell their event 1s apart: the
 // dedupe key is (group, source, id). A record from a streamer that sets no
 // source header has source "". The table is sql/processed_events.sql (which
-// also upgrades a table from before sources); Cleanup trims it.
+// also upgrades a table from before sources); Cleanup trims it. A
+// CloudEvents record (cdc-outbox --record-format cloudevents-binary or
+// cloudevents-structured) is identified by its CloudEvents id and source
+// attributes instead: the ce_id and ce_source headers in binary mode, the
+// event's id and source members in structured mode.
 //
 // A failing record is retried (Config.MaxAttempts, exponential backoff from
 // Config.Backoff); after the last attempt Config.OnFailure decides, and

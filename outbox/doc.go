@@ -30,10 +30,18 @@
 // (no heap tuple, no index entry, nothing to delete or vacuum) and leaves
 // nothing to query or republish from.
 //
-// It also carries a W3C traceparent from a request into the event headers
-// (ContextWithTraceparent, WithTraceparent) without depending on
-// OpenTelemetry: whatever middleware knows the current trace puts its
-// traceparent into the context, and the event carries it to the consumer.
+// It also carries a W3C traceparent (and tracestate) from a request into
+// the event headers (ContextWithTraceparent, ContextWithTraceContext,
+// WithTraceparent) without depending on OpenTelemetry: whatever middleware
+// knows the current trace puts its traceparent into the context, and the
+// event carries it to the consumer, through cdc-outbox's own span when it
+// traces. A service that uses OpenTelemetry can let its propagator fill
+// the same headers instead, since Event.Headers is the map[string]string
+// that propagation.MapCarrier is:
+//
+//	headers := map[string]string{}
+//	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(headers))
+//	outbox.Write(ctx, tx, outbox.Event{..., Headers: headers})
 //
 // It must never begin, commit or roll back a transaction: the caller's
 // transaction is the whole point, and the package only adds statements to

@@ -11,7 +11,21 @@ import (
 // Context names it; consumers continue the trace from it.
 const TraceparentHeader = "traceparent"
 
+// TracestateHeader is the header key of the W3C tracestate that
+// ContextWithTraceContext stores beside the traceparent: vendors' data
+// that travels with the trace.
+const TracestateHeader = "tracestate"
+
 type traceparentKey struct{}
+
+// traceContext is what the context carries: a valid traceparent and its
+// tracestate, "" for none.
+type traceContext struct{ parent, state string }
+
+// maxTracestate is W3C Trace Context's limit a propagator must accept
+// (512 characters); a longer one is dropped rather than cut, as the
+// specification allows.
+const maxTracestate = 512
 
 // ContextWithTraceparent returns a copy of ctx carrying tp, the W3C
 // traceparent of the current span, for WithTraceparent to find. Call it in
@@ -23,37 +37,53 @@ type traceparentKey struct{}
 // is ignored and ctx returned as it is, as Trace Context requires of a
 // malformed header: a client's bad header must not end up in events.
 func ContextWithTraceparent(ctx context.Context, tp string) context.Context {
+	return ContextWithTraceContext(ctx, tp, "")
+}
+
+// ContextWithTraceContext is ContextWithTraceparent with the tracestate
+// that came with tp (the "tracestate" header of the request, or the value
+// an OpenTelemetry propagator injects), which WithTraceparent then stores
+// too. A tracestate over 512 characters, or with characters outside
+// printable ASCII, is left out; an invalid tp leaves ctx as it is.
+func ContextWithTraceContext(ctx context.Context, tp, tracestate string) context.Context {
 	tp = strings.Trim(tp, " \t")
 	if ValidateTraceparent(tp) != nil {
 		return ctx
 	}
-	return context.WithValue(ctx, traceparentKey{}, tp)
+	tracestate = strings.Trim(tracestate, " \t")
+	if len(tracestate) > maxTracestate || strings.ContainsFunc(tracestate, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
+		tracestate = ""
+	}
+	return context.WithValue(ctx, traceparentKey{}, traceContext{tp, tracestate})
 }
 
 // TraceparentFromContext returns the traceparent ContextWithTraceparent
 // stored in ctx, and whether there is one.
 func TraceparentFromContext(ctx context.Context) (string, bool) {
-	tp, ok := ctx.Value(traceparentKey{}).(string)
-	return tp, ok && tp != ""
+	tc, ok := ctx.Value(traceparentKey{}).(traceContext)
+	return tc.parent, ok && tc.parent != ""
 }
 
 // WithTraceparent returns headers plus the "traceparent" header from ctx,
 // when ctx carries one, so the event's consumer continues the caller's
-// trace. headers itself is not modified: a copy is returned when the header
+// trace, and its "tracestate" when ContextWithTraceContext stored one. headers itself is not modified: a copy is returned when the header
 // is added. A traceparent already in headers is kept, since the caller set
 // it on purpose; without one in ctx, headers is returned as it is (nil
 // stays nil, stored as NULL).
 func WithTraceparent(ctx context.Context, headers map[string]string) map[string]string {
-	tp, ok := TraceparentFromContext(ctx)
-	if !ok {
+	tc, _ := ctx.Value(traceparentKey{}).(traceContext)
+	if tc.parent == "" {
 		return headers
 	}
 	if _, set := headers[TraceparentHeader]; set {
 		return headers
 	}
-	out := make(map[string]string, len(headers)+1)
+	out := make(map[string]string, len(headers)+2)
 	maps.Copy(out, headers)
-	out[TraceparentHeader] = tp
+	out[TraceparentHeader] = tc.parent
+	if tc.state != "" {
+		out[TracestateHeader] = tc.state
+	}
 	return out
 }
 

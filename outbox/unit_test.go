@@ -79,6 +79,26 @@ func TestWithTraceparent(t *testing.T) {
 	}
 }
 
+// TestContextWithTraceContext: the tracestate travels with its
+// traceparent; a bad one is left out, never stored.
+func TestContextWithTraceContext(t *testing.T) {
+	t.Parallel()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	bg := context.Background()
+	got := WithTraceparent(ContextWithTraceContext(bg, tp, " congo=t61rcWkgMzE,rojo=00f067aa0ba902b7 "), map[string]string{"tenant": "t1"})
+	if len(got) != 3 || got[TraceparentHeader] != tp || got[TracestateHeader] != "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7" {
+		t.Errorf("WithTraceparent = %v", got)
+	}
+	for _, bad := range []string{"", strings.Repeat("a=b,", 200), "a=\x01"} {
+		if got := WithTraceparent(ContextWithTraceContext(bg, tp, bad), nil); len(got) != 1 || got[TraceparentHeader] != tp {
+			t.Errorf("tracestate %q: WithTraceparent = %v, want the traceparent alone", bad, got)
+		}
+	}
+	if _, ok := TraceparentFromContext(ContextWithTraceContext(bg, "garbage", "a=b")); ok {
+		t.Error("an invalid traceparent was stored with its tracestate")
+	}
+}
+
 func TestEventValidation(t *testing.T) {
 	t.Parallel()
 	ok := Event{AggregateType: "payment", AggregateID: "pay-1", EventType: "PaymentCreated", Payload: []byte(`{"a":1}`)}

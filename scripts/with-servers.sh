@@ -64,4 +64,10 @@ if [ -n "${kafka:-}" ]; then
 	export CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET
 fi
 
+# The OTLP receiver of the tracing tests: each such test starts and stops
+# it through this script, which builds it once into .local/bin (make test
+# builds it first, as a cached step: scripts/jaeger.sh build).
+: "${CDC_OUTBOX_TEST_JAEGER_CTL:=$repo/scripts/jaeger.sh}"
+export CDC_OUTBOX_TEST_JAEGER_CTL
+
 "$@"

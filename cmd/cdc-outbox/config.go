@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -13,6 +15,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/internal/tracing"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
@@ -149,6 +152,9 @@ func mappingFlags(f *flags, c *runConfig) {
 	f.String(&c.Mapping.Topic, "topic", m.Topic, "topic `template`; {column} is replaced by that column's value")
 	f.String(&c.Source, "source", "", "`name` of this outbox in the source header of every record, with which consumers tell its event ids from other outboxes'; "+
 		"default <system identifier>/<database OID>/<table OID>, unique to the table and kept across restarts, failover and renames")
+	f.String((*string)(&c.Mapping.Format), "record-format", string(m.Format), "record layout: native (headers id, event_type, aggregate_type, source; the payload as value), "+
+		"cloudevents-binary (CloudEvents Kafka binding: ce_* headers, the payload as value) or cloudevents-structured (the CloudEvents JSON event as value); "+
+		"the CloudEvents formats need --source to be a URI-reference, which the default is")
 	f.String(&c.Mapping.IDColumn, "column-id", m.IDColumn, "event id `column` (header id)")
 	f.String(&c.Mapping.AggregateTypeColumn, "column-aggregate-type", m.AggregateTypeColumn, "aggregate type `column` (header aggregate_type)")
 	f.String(&c.Mapping.AggregateIDColumn, "column-aggregate-id", m.AggregateIDColumn, "aggregate id `column` (the record key)")
@@ -156,6 +162,8 @@ func mappingFlags(f *flags, c *runConfig) {
 	f.String(&c.Mapping.PayloadColumn, "column-payload", m.PayloadColumn, "payload `column` (the record value): jsonb, json, text or bytea")
 	f.String(&c.Mapping.HeadersColumn, "column-headers", m.HeadersColumn, "optional json `column` whose keys become extra headers")
 	f.String(&c.Mapping.CreatedAtColumn, "column-created-at", m.CreatedAtColumn, "optional timestamp `column` (the record timestamp)")
+	f.String(&c.Mapping.TracingSpanContextColumn, "column-tracing-span-context", "", "optional text `column` holding the trace context as Debezium's outbox extensions write it "+
+		"(tracingspancontext: traceparent=..., tracestate=...); it becomes the traceparent and tracestate headers unless the headers column has a traceparent")
 	c.Mapping.MaxHeaderBytes = m.MaxHeaderBytes
 
 	f.String(&c.OnBadEvent, "on-bad-event", pipeline.Fail, "what to do with a row that cannot be published: fail (stop, confirm nothing past it) or dead-letter")
@@ -244,6 +252,11 @@ func (c *runConfig) validate() error {
 	check(c.Delivery == deliveryAtLeastOnce || c.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", c.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
 	check(c.TransactionInterval > 0, "--transaction-interval %s: must be positive", c.TransactionInterval)
 	check(c.CheckpointTopic != "", "--checkpoint-topic is empty: give the compacted topic that holds the positions")
+	if tracing.Enabled(os.Getenv) {
+		if err := tracing.CheckEnv(os.Getenv); err != nil {
+			p = append(p, fmt.Errorf("tracing: %w", err))
+		}
+	}
 	return errors.Join(p...)
 }
 
@@ -263,8 +276,22 @@ func (c *runConfig) validateOutput(p *problems) {
 	check(c.LogFormat == "text" || c.LogFormat == "json", "--log-format %q: use text or json", c.LogFormat)
 	_, err := parseLevel(c.LogLevel)
 	check(err == nil, "--log-level %q: %v", c.LogLevel, err)
-	if _, err := mapping.New(c.Mapping); err != nil {
-		*p = append(*p, err)
+	formatOK := slices.Contains(mapping.Formats(), c.Mapping.Format)
+	check(formatOK, "--record-format %q: use native, cloudevents-binary or cloudevents-structured", c.Mapping.Format)
+	ce := c.Mapping.Format == mapping.FormatCloudEventsBinary || c.Mapping.Format == mapping.FormatCloudEventsStructured
+	check(!ce || c.Source == "" || mapping.ValidSource(c.Source),
+		"--source %q: --record-format %s needs a URI-reference (RFC 3986: such as billing, /billing/outbox or urn:example:billing; percent-encode other characters), or leave it empty for the default", c.Source, c.Mapping.Format)
+	if formatOK {
+		cfg := c.Mapping
+		cfg.Source = c.Source
+		if cfg.Source == "" || ce && !mapping.ValidSource(cfg.Source) {
+			// The default, resolved at start, is a URI-reference of this
+			// shape; a bad --source is reported above.
+			cfg.Source = "0/0/0"
+		}
+		if _, err := mapping.New(cfg); err != nil {
+			*p = append(*p, err)
+		}
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 )
 
 // writeConfig writes a configuration file into a fresh directory and
@@ -380,6 +382,7 @@ outboxes:
     topic: "billing.{event_type}"
     column-id: event_id
     source: billing
+    record-format: cloudevents-binary
   - table: 'tenant_*.outbox'
 `)
 	c, err := parseRun(t, "--config", path)
@@ -395,11 +398,11 @@ outboxes:
 	}
 	b, tenant := specs[0], specs[1]
 	if b.Pattern.String() != "billing.outbox" || b.Mapping.Topic != "billing.{event_type}" || b.Mapping.IDColumn != "event_id" ||
-		b.Mapping.PayloadColumn != "body" || b.Mapping.Source != "billing" {
+		b.Mapping.PayloadColumn != "body" || b.Mapping.Source != "billing" || b.Mapping.Format != mapping.FormatCloudEventsBinary {
 		t.Errorf("billing: %s %+v", b.Pattern, b.Mapping)
 	}
 	if tenant.Pattern.String() != "tenant_*.outbox" || !tenant.Pattern.IsGlob() || tenant.Mapping.Topic != "events.{aggregate_type}" ||
-		tenant.Mapping.IDColumn != "id" || tenant.Mapping.PayloadColumn != "body" || tenant.Mapping.Source != "" {
+		tenant.Mapping.IDColumn != "id" || tenant.Mapping.PayloadColumn != "body" || tenant.Mapping.Source != "" || tenant.Mapping.Format != mapping.FormatNative {
 		t.Errorf("tenants: %s %+v", tenant.Pattern, tenant.Mapping)
 	}
 	// status reads the same file and ignores the list.
@@ -431,6 +434,8 @@ func TestConfigFileOutboxesErrors(t *testing.T) {
 		{"outboxes:\n  - table: 'tenant_*.outbox'\n    source: tenants\n", nil, `source "tenants" for the pattern tenant_*.outbox: each table it matches needs a source of its own`},
 		{"outboxes:\n  - table: a.b\n    topic: 'bad topic {'\n", nil, `cdc-outbox.yaml:2: mapping:`},
 		{"outboxes:\n  - table: a.b\n", []string{"--table", "x.y"}, `--table "x.y" with the configuration file's outboxes list`},
+		{"outboxes:\n  - table: a.b\n    record-format: cloudevents-binary\n    source: 'billing outbox'\n", nil, `source "billing outbox": record-format cloudevents-binary needs a URI-reference`},
+		{"outboxes:\n  - table: a.b\n    record-format: cloudevents\n", nil, `cloudevents`},
 	} {
 		c, err := parseRun(t, append([]string{"--config", writeConfig(t, tc.file)}, tc.args...)...)
 		if err == nil {

@@ -141,8 +141,9 @@ var allowedImports = map[string][]string{
 	"internal/republish":   {"internal/mapping", "outbox/pgname", "internal/pipeline", "internal/replication"},
 	"internal/sink":        nil,
 	"internal/testenv":     nil,
+	"internal/tracing":     nil,
 	"cmd/cdc-outbox": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/metrics",
-		"internal/pipeline", "internal/replication", "internal/republish", "internal/sink", "outbox/contract", "outbox/pgname"},
+		"internal/pipeline", "internal/replication", "internal/republish", "internal/sink", "internal/tracing", "outbox/contract", "outbox/pgname"},
 }
 
 // TestImportGraph: go list's imports of the streamer's packages (tests

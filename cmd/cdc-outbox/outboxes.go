@@ -64,6 +64,9 @@ func (c *runConfig) validateOutboxes(p *problems) {
 		p.check(m.Source == "" || !e.pattern.IsGlob(), "%s: source %q for the pattern %s: each table it matches needs a source of its own; leave source out for each table's default",
 			e.where, m.Source, e.pattern)
 		p.check(validSource(m.Source), "%s: source %q: give 1 to 255 bytes of printable UTF-8, or leave it out for the default", e.where, m.Source)
+		ce := m.Format == mapping.FormatCloudEventsBinary || m.Format == mapping.FormatCloudEventsStructured
+		p.check(!ce || m.Source == "" || mapping.ValidSource(m.Source),
+			"%s: source %q: record-format %s needs a URI-reference (RFC 3986: such as billing, /billing/outbox or urn:example:billing), or leave it out for the default", e.where, m.Source, m.Format)
 	}
 	p.check(c.Table == contract.DefaultTable, "--table %q with the configuration file's outboxes list: name the tables in one place, the list", c.Table)
 	p.check(c.Source == "" || len(c.Outboxes) == 1 && !c.Outboxes[0].pattern.IsGlob(),
@@ -116,8 +119,8 @@ type outboxEntry struct {
 
 // outboxKeys are the keys of an entry of the outboxes list, besides table:
 // the flags that shape one outbox's records.
-var outboxKeys = []string{"topic", "source", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
-	"column-payload", "column-headers", "column-created-at"}
+var outboxKeys = []string{"topic", "source", "record-format", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
+	"column-payload", "column-headers", "column-created-at", "column-tracing-span-context"}
 
 // mapping is the entry's mapping: def, the global flags', with what the
 // entry sets instead; source is --source.
@@ -126,7 +129,8 @@ func (e outboxEntry) mapping(def mapping.Config, source string) mapping.Config {
 	m.Source = source
 	fields := map[string]*string{"topic": &m.Topic, "source": &m.Source, "column-id": &m.IDColumn, "column-aggregate-type": &m.AggregateTypeColumn,
 		"column-aggregate-id": &m.AggregateIDColumn, "column-event-type": &m.EventTypeColumn, "column-payload": &m.PayloadColumn,
-		"column-headers": &m.HeadersColumn, "column-created-at": &m.CreatedAtColumn}
+		"column-headers": &m.HeadersColumn, "column-created-at": &m.CreatedAtColumn, "record-format": (*string)(&m.Format),
+		"column-tracing-span-context": &m.TracingSpanContextColumn}
 	for k, v := range e.values {
 		if f := fields[k]; f != nil {
 			*f = v

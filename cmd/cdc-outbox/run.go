@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+	"github.com/cdc-outbox/cdc-outbox/internal/tracing"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
@@ -172,6 +174,24 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	var tracer pipeline.Tracer // nil unless the OTEL_* variables ask for traces
+	if tracing.Enabled(os.Getenv) {
+		t, shutdown, err := tracing.New(ctx, tracing.Config{Version: version, Log: log})
+		if err != nil {
+			return err
+		}
+		// Closed after the sink, so the spans of the last acknowledgements
+		// are exported.
+		g.Close(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := shutdown(sctx); err != nil {
+				log.Warn("tracing: the last spans were not exported", "error", err)
+			}
+		})
+		tracer = t
+		log.Info("tracing: a span per event, exported over OTLP as the OTEL_* environment variables say")
+	}
 
 	tracker := checkpoint.New(start)
 	sinkCfg := sink.Config{
@@ -221,6 +241,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxInflightBytes:  int64(c.MaxInflightBytes),
 		MaxRecordBytes:    c.MaxRecordBytes,
 		Explain:           explain,
+		Tracer:            tracer,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
 		return err

@@ -14,6 +14,10 @@
 //   - Timestamp: created_at, or zero (the producer stamps it) when the
 //     column is absent or NULL.
 //
+// That is the native record format. Config.Format may lay the same event
+// out as a CloudEvent instead (format.go), in the binary or the structured
+// mode of the CloudEvents Kafka protocol binding.
+//
 // A row that cannot honour this contract is a *BadEventError saying what to
 // fix; the caller decides whether to stop or dead-letter it.
 //

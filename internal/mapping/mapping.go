@@ -55,8 +55,21 @@ type Config struct {
 
 	// Source is the "source" header of every record: which outbox the
 	// events come from, so consumers reading several outboxes, whose ids
-	// overlap, tell their events apart. Empty: no source header.
+	// overlap, tell their events apart. Empty: no source header. The
+	// CloudEvents formats need one (their source attribute), a
+	// URI-reference (ValidSource).
 	Source string
+
+	// TracingSpanContextColumn names an optional text column holding the
+	// trace context as Debezium's outbox extensions write it (its
+	// tracingspancontext column, java.util.Properties text); its
+	// traceparent and tracestate become headers of those names, unless
+	// the headers column has a traceparent. Empty: no such column.
+	TracingSpanContextColumn string
+
+	// Format lays the record out: FormatNative (the default, also for
+	// ""), or a CloudEvents format (format.go).
+	Format Format
 }
 
 // DefaultConfig matches the default outbox table (package contract).
@@ -71,6 +84,7 @@ func DefaultConfig() Config {
 		HeadersColumn:       contract.ColumnHeaders,
 		CreatedAtColumn:     contract.ColumnCreatedAt,
 		MaxHeaderBytes:      contract.MaxHeaderBytes,
+		Format:              FormatNative,
 	}
 }
 
@@ -107,6 +121,8 @@ type Mapper struct {
 	constTopic string // the topic when the template has no placeholders
 	maxHeader  int
 	source     []byte // the source header's value, shared by every record; nil for none
+	format     Format
+	traceCol   int // index in cols of the tracing column, -1 for none
 
 	// Topics and header keys repeat from row to row; interning them saves
 	// an allocation each per record.
@@ -131,7 +147,18 @@ func New(cfg Config) (*Mapper, error) {
 	if !utf8.ValidString(cfg.Source) || len(cfg.Source) > cfg.MaxHeaderBytes {
 		return nil, fmt.Errorf("mapping: Source must be valid UTF-8 of at most MaxHeaderBytes (%d) bytes", cfg.MaxHeaderBytes)
 	}
-	m := &Mapper{tmpl: cfg.Topic, maxHeader: cfg.MaxHeaderBytes}
+	switch cfg.Format {
+	case "":
+		cfg.Format = FormatNative
+	case FormatNative:
+	case FormatCloudEventsBinary, FormatCloudEventsStructured:
+		if !ValidSource(cfg.Source) {
+			return nil, fmt.Errorf("mapping: Source %q: a CloudEvents source must be a non-empty URI-reference (RFC 3986; percent-encode other characters)", cfg.Source)
+		}
+	default:
+		return nil, fmt.Errorf("mapping: Format %q: use %s, %s or %s", cfg.Format, FormatNative, FormatCloudEventsBinary, FormatCloudEventsStructured)
+	}
+	m := &Mapper{tmpl: cfg.Topic, maxHeader: cfg.MaxHeaderBytes, format: cfg.Format}
 	if cfg.Source != "" {
 		m.source = []byte(cfg.Source)
 	}
@@ -149,6 +176,10 @@ func New(cfg Config) (*Mapper, error) {
 			return nil, fmt.Errorf("mapping: %s is empty; name the outbox table's %s column (default %q)", n.field, roleDesc[r], n.def)
 		}
 		m.idx[r] = add(n.name)
+	}
+	m.traceCol = -1
+	if cfg.TracingSpanContextColumn != "" {
+		m.traceCol = add(cfg.TracingSpanContextColumn)
 	}
 	parts, err := parseTopicTemplate(cfg.Topic)
 	if err != nil {
@@ -168,7 +199,8 @@ func New(cfg Config) (*Mapper, error) {
 
 // Columns returns the column names Map needs, in the order Map expects them:
 // the event id, aggregate type, aggregate id, event type, payload, headers
-// and created_at columns, then columns only the topic template uses. A name
+// and created_at columns, the tracing column when configured, then columns
+// only the topic template uses. A name
 // used twice appears once. The caller must not modify the slice.
 func (m *Mapper) Columns() []string { return m.cols }
 
@@ -236,6 +268,24 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 			return err
 		}
 	}
+	var traceparent, tracestate []byte
+	if m.traceCol >= 0 {
+		if c := &cols[m.traceCol]; !c.Missing && !c.Null {
+			var why string
+			switch c.TypeOID {
+			case oidText, oidVarchar:
+				traceparent, tracestate, why = spanContext(c.Data)
+			default:
+				why = fmt.Sprintf("has type OID %d; the tracing span context column must be text or varchar", c.TypeOID)
+			}
+			if why != "" {
+				return m.bad(cols, m.cols[m.traceCol], why)
+			}
+			if err := m.checkHeaderValue(cols, m.cols[m.traceCol], tracestate); err != nil {
+				return err
+			}
+		}
+	}
 	var ts time.Time
 	if c := &cols[m.idx[roleCreatedAt]]; !c.Missing && !c.Null {
 		if ts, err = m.timestamp(cols, c); err != nil {
@@ -267,6 +317,7 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 		// Shared by every record: nothing downstream modifies a header.
 		hdrs = append(hdrs, kgo.RecordHeader{Key: contract.HeaderSource, Value: m.source})
 	}
+	firstExtra := len(hdrs)
 	if extra > 0 {
 		it := memberIter{doc: hdrDoc}
 		it.open()
@@ -287,6 +338,12 @@ func (m *Mapper) Map(cols []Column, rec *kgo.Record) error {
 		}
 	}
 	*rec = kgo.Record{Topic: topic, Key: key, Value: value, Headers: hdrs, Timestamp: ts}
+	if traceparent != nil {
+		addSpanContext(rec, traceparent, tracestate)
+	}
+	if m.format != FormatNative {
+		return m.cloudEvent(cols, rec, firstExtra, ts, payload.TypeOID)
+	}
 	return nil
 }
 
@@ -435,6 +492,13 @@ func (m *Mapper) scanHeaders(cols []Column, c *Column) (n, size int, err error) 
 			return 0, 0, m.bad(cols, column, fmt.Sprintf("has a %d-byte key %s, over the %d-byte header limit (MaxHeaderBytes)", kl, excerpt(k), m.maxHeader))
 		case vl > m.maxHeader:
 			return 0, 0, m.bad(cols, column, fmt.Sprintf("header %s is %d bytes, over the %d-byte header limit (MaxHeaderBytes); put large data in the payload", excerpt(k), vl, m.maxHeader))
+		case m.format.cloudEvents() && ceHeader(unescaped(k)):
+			// A second ce_id or ce_source would let a consumer take
+			// another event's identity, as a second "id" would.
+			return 0, 0, m.bad(cols, column, fmt.Sprintf("has key %s, which collides with the CloudEvents attribute headers (ce_*) of the record format %s; rename the key in the row",
+				excerpt(unescaped(k)), m.format))
+		case m.format.cloudEvents() && !str && bytes.Equal(unescaped(k), []byte(HeaderContentType)):
+			return 0, 0, m.bad(cols, column, fmt.Sprintf("has key %q with the value %s; it names the payload's media type in the CloudEvents formats and must be a string such as \"application/json\"", HeaderContentType, excerpt(v)))
 		case reserved(k):
 			// A second "id" header would make consumers that read one
 			// header by name (Java's lastHeader) take this value for the
@@ -445,6 +509,15 @@ func (m *Mapper) scanHeaders(cols []Column, c *Column) (n, size int, err error) 
 		n++
 		size += vl
 	}
+}
+
+// unescaped is the JSON string content k decoded; it allocates only for
+// keys with escapes.
+func unescaped(k []byte) []byte {
+	if bytes.IndexByte(k, '\\') >= 0 {
+		return appendUnescaped(nil, k)
+	}
+	return k
 }
 
 func (m *Mapper) headerKey(k []byte) string {

@@ -1,5 +1,5 @@
 // Package modules checks the layout of the repository's Go modules: the
-// libraries services import (outbox, idempotency, consume, consumeprom) are
+// libraries services import (outbox, idempotency, consume, consumeprom, consumeotel) are
 // modules of their own, so that importing one costs a service only that
 // library's dependencies.
 package modules_test
@@ -28,16 +28,19 @@ var libraries = []struct {
 	{"idempotency", "github.com/cdc-outbox/cdc-outbox/idempotency", []string{"github.com/cdc-outbox/cdc-outbox/idempotency"}},
 	{"consume", "github.com/cdc-outbox/cdc-outbox/consume", []string{"github.com/cdc-outbox/cdc-outbox/consume"}},
 	{"consume/consumeprom", "github.com/cdc-outbox/cdc-outbox/consume/consumeprom", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeprom"}},
+	{"consume/consumeotel", "github.com/cdc-outbox/cdc-outbox/consume/consumeotel", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeotel"}},
 }
 
 // forbidden are module path prefixes that must not be in the module graph
 // of a service importing the library: the streamer's dependencies (and the
-// streamer's own module), and Prometheus where it is not the point.
+// streamer's own module), and Prometheus and OpenTelemetry where they are not
+// the point.
 var forbidden = map[string][]string{
-	"outbox":              {"github.com/twmb/", "github.com/prometheus/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
+	"outbox":              {"github.com/twmb/", "github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
 	"idempotency":         {"github.com/twmb/", "github.com/prometheus/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
-	"consume":             {"github.com/prometheus/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
+	"consume":             {"github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
 	"consume/consumeprom": {"github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
+	"consume/consumeotel": {"github.com/prometheus/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
 }
 
 // TestServiceModuleGraphs builds, for each library, a throwaway service

@@ -30,7 +30,6 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
 // Bad-event policies.
@@ -65,6 +64,16 @@ type Config struct {
 	// dead-letter record's error header, the log), with what to do: the
 	// command's advice. nil renders err.Error().
 	Explain func(error) string
+	// Tracer follows each event in a span from its commit to the broker's
+	// answer (internal/tracing); nil, the default, does nothing per event.
+	Tracer Tracer
+}
+
+// Tracer starts an event's span when its record is produced: the child of
+// the trace context in rec's headers, whose context it writes back into
+// them. end is called once, with the broker's first answer.
+type Tracer interface {
+	Start(rec *kgo.Record, eventID, source string, lsn pglogrepl.LSN, commitUnixNano int64) (end func(*kgo.Record, error))
 }
 
 // Catalog says what a relation the stream describes is; replication.Catalog
@@ -297,10 +306,11 @@ type pending struct {
 	tx              *checkpoint.Tx
 	lsn             pglogrepl.LSN
 	size            int64
-	commitTime      int64             // unix nanoseconds, for latency
-	seq             uint64            // production order
-	rel             *decoder.Relation // the row's relation, named in a dead-letter record; nil for a message
-	outbox          *outbox           // the row's outbox; nil for a message or when none can be told
+	commitTime      int64                    // unix nanoseconds, for latency
+	seq             uint64                   // production order
+	rel             *decoder.Relation        // the row's relation, named in a dead-letter record; nil for a message
+	outbox          *outbox                  // the row's outbox; nil for a message or when none can be told
+	endSpan         func(*kgo.Record, error) // the event's span, nil when not traced
 	// dead is set when the record is a dead-letter record: what it sets
 	// aside, logged once the broker has it.
 	dead *deadLetter
@@ -581,6 +591,15 @@ func (p *Pipeline) publish(lsn pglogrepl.LSN, ev *decoder.Event, pd *pending) er
 		return p.bad(ev, &BadEventError{EventID: eventID(&pd.rec), LSN: lsn,
 			Err: &TooLargeError{Size: pd.size, Limit: p.cfg.MaxRecordBytes}})
 	}
+	if p.cfg.Tracer != nil {
+		// After the size check: the traceparent it writes replaces the
+		// row's, or adds one that recordOverhead leaves room for.
+		source := p.mapper.Source() // a message's
+		if pd.outbox != nil {
+			source = pd.outbox.mapper.Source()
+		}
+		pd.endSpan = p.cfg.Tracer.Start(&pd.rec, eventID(&pd.rec), string(source), lsn, p.commitTime)
+	}
 	p.send(pd)
 	return nil
 }
@@ -634,6 +653,12 @@ func (p *Pipeline) send(pd *pending) {
 // ack is the promise of every record: the broker's answer.
 func (p *Pipeline) ack(r *kgo.Record, err error) {
 	pd := r.Context.(*pending)
+	if pd.endSpan != nil {
+		// The span ends with the broker's first answer; a refused record
+		// sent again alone is not traced again.
+		pd.endSpan(r, err)
+		pd.endSpan = nil
+	}
 	switch {
 	case err == nil:
 		p.acked(pd)
@@ -709,12 +734,11 @@ func (p *Pipeline) fail(err error) {
 	}
 }
 
-// eventID reads the id header the mapping put first.
+// eventID reads the event id of a record the mapping made, in any record
+// format, or of a dead-letter record.
 func eventID(r *kgo.Record) string {
-	for _, h := range r.Headers {
-		if h.Key == contract.HeaderID {
-			return string(h.Value)
-		}
+	if id := mapping.RecordEventID(r); id != "" {
+		return id
 	}
 	return "?"
 }
