@@ -436,6 +436,7 @@ func newExactlyOnce(ctx context.Context, c *runConfig, specs []outboxSpec, cfg s
 		Timeline:        timeline,
 		Interval:        c.TransactionInterval,
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
+		Admin:           sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts},
 	}, obs, log)
 	if err != nil {
 		return nil, err

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -36,6 +39,10 @@ type TxConfig struct {
 	// records wait: then the next commit starts at once.
 	Interval      time.Duration
 	CommitRecords int
+	// Admin is what reads the checkpoint topic when a commit's outcome is
+	// unknown (the broker went away while it was asked): the brokers and
+	// TLS and SASL options, without the producer's hooks.
+	Admin Config
 }
 
 // TxObserver is told what happens to Kafka transactions; metrics implement
@@ -64,6 +71,7 @@ type Transactional struct {
 	cl  *kgo.Client
 	cfg TxConfig
 	obs TxObserver
+	log *slog.Logger
 
 	mu       sync.Mutex
 	queue    []queued // produced, not yet in a Kafka transaction, in order
@@ -96,7 +104,10 @@ func NewTransactional(cfg TxConfig, obs TxObserver, log *slog.Logger) (*Transact
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &Transactional{cl: cl, cfg: cfg, obs: obs, kick: make(chan struct{}, 1)}, nil
+	if cfg.Admin.Brokers == nil {
+		cfg.Admin = Config{Brokers: cfg.Brokers}
+	}
+	return &Transactional{cl: cl, cfg: cfg, obs: obs, log: log.With("component", "kafka-transactions"), kick: make(chan struct{}, 1)}, nil
 }
 
 // Fence registers the transactional id with the broker's transaction
@@ -228,6 +239,46 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
+	for {
+		err := t.commitOnce(ctx, batch, through)
+		if err == nil {
+			break
+		}
+		var unknown *unconfirmedError
+		if !errors.As(err, &unknown) || ctx.Err() != nil {
+			return err
+		}
+		// The broker went away while the commit was asked (a broker
+		// restart): it may or may not have committed. Abort, which fences
+		// whatever is still open of it, then ask the checkpoint topic
+		// which it was; written again only when it did not commit, the
+		// transaction's records are in Kafka once either way.
+		committed, err := t.settle(ctx, through)
+		if err != nil {
+			return err
+		}
+		if committed {
+			break
+		}
+		t.log.Warn("exactly-once delivery: the broker went away while a Kafka transaction was committed, and it did not commit: its records are written again in a new transaction",
+			"transactional_id", t.cfg.TransactionalID, "records", len(batch), "checkpoint_lsn", through.End, "error", unknown.err)
+	}
+	took := time.Since(start)
+	t.committed.Store(uint64(through.End))
+	if t.obs != nil {
+		t.obs.TxCommitted(len(batch), took)
+	}
+	for _, q := range batch {
+		q.promise(q.r, nil)
+	}
+	return nil
+}
+
+// commitOnce writes batch and the checkpoint of through in one
+// transaction. A commit the broker may or may not have made is an
+// *unconfirmedError; anything else failed for good (the transaction is
+// aborted).
+func (t *Transactional) commitOnce(ctx context.Context, batch []queued, through Commit) error {
 	if err := t.cl.BeginTransaction(); err != nil {
 		return t.failed("begin a transaction", err)
 	}
@@ -259,17 +310,64 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 		return t.abort("produce the transaction's records", &RecordError{Topic: failedR.Topic, Err: firstErr})
 	}
 	if err := t.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		if unreachable(err) && ctx.Err() == nil {
+			return &unconfirmedError{err: err}
+		}
 		return t.abort("commit the transaction", err)
 	}
-	took := time.Since(start)
-	t.committed.Store(uint64(through.End))
-	if t.obs != nil {
-		t.obs.TxCommitted(len(batch), took)
-	}
-	for _, q := range batch {
-		q.promise(q.r, nil)
-	}
 	return nil
+}
+
+// unconfirmedError is a commit whose outcome the broker never told: the
+// connection to it failed while it was asked.
+type unconfirmedError struct{ err error }
+
+func (e *unconfirmedError) Error() string { return "commit the transaction: " + e.err.Error() }
+func (e *unconfirmedError) Unwrap() error { return e.err }
+
+// unreachable reports whether err is the broker's connection failing (a
+// dial refused while it restarts, a connection reset or closed), which
+// franz-go does not retry for a transaction's end.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// settleRetry is the pause between two tries to settle an unconfirmed
+// commit while the broker is away.
+const settleRetry = 500 * time.Millisecond
+
+// settle ends the transaction whose commit is unconfirmed, once the broker
+// answers again, and says whether it committed. As franz-go prescribes,
+// the end is retried with TryAbort: that reloads the producer id, bumping
+// its epoch, which aborts whatever is still open of the transaction; a
+// commit the broker already made stays. Which of the two it was, the
+// checkpoint topic then tells: the transaction's checkpoint is there,
+// committed, only if the transaction is. It retries until ctx ends.
+func (t *Transactional) settle(ctx context.Context, through Commit) (bool, error) {
+	for {
+		if t.obs != nil {
+			t.obs.TxAborted()
+		}
+		err := t.cl.EndTransaction(ctx, kgo.TryAbort)
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			cp, rerr := ReadCheckpoint(rctx, t.cfg.Admin, t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin)
+			cancel()
+			if rerr == nil {
+				return cp.Found && cp.LSN >= through.End && cp.Commit.Timeline >= through.Timeline, nil
+			}
+			err = rerr
+		} else if !unreachable(err) && !errors.Is(err, kerr.OperationNotAttempted) {
+			return false, t.failed("abort the transaction whose commit is unconfirmed", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false, t.failed("settle a commit whose outcome is unknown", err)
+		case <-time.After(settleRetry):
+		}
+	}
 }
 
 // abortTimeout bounds the abort of a failed or interrupted transaction.
