@@ -310,7 +310,7 @@ func (t *Transactional) commitOnce(ctx context.Context, batch []queued, through 
 		return t.abort("produce the transaction's records", &RecordError{Topic: failedR.Topic, Err: firstErr})
 	}
 	if err := t.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		if unreachable(err) && ctx.Err() == nil {
+		if unconfirmed(err) && ctx.Err() == nil {
 			return &unconfirmedError{err: err}
 		}
 		return t.abort("commit the transaction", err)
@@ -325,9 +325,15 @@ type unconfirmedError struct{ err error }
 func (e *unconfirmedError) Error() string { return "commit the transaction: " + e.err.Error() }
 func (e *unconfirmedError) Unwrap() error { return e.err }
 
-// unreachable reports whether err is the broker's connection failing (a
-// dial refused while it restarts, a connection reset or closed), which
-// franz-go does not retry for a transaction's end.
+// unconfirmed reports whether err leaves a commit's outcome unknown, as
+// franz-go's EndTransaction documents: a transport error (the broker's
+// connection failing: a dial refused while it restarts, which franz-go
+// does not retry, a connection reset or closed) or UNKNOWN_SERVER_ERROR.
+func unconfirmed(err error) bool {
+	return unreachable(err) || errors.Is(err, kerr.UnknownServerError)
+}
+
+// unreachable reports whether err is the broker's connection failing.
 func unreachable(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
