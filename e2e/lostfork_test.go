@@ -82,7 +82,7 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 			in[ev] = true
 		}
 		for _, ev := range pastCut {
-			if !in[event{ev.id, ev.aggregate, ev.seq}] {
+			if !in[event(ev)] {
 				return false
 			}
 		}
