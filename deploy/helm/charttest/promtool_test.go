@@ -2,7 +2,6 @@ package charttest
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,5 +76,5 @@ func runPromtool(t *testing.T, bin string, args ...string) string {
 	if err != nil {
 		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return fmt.Sprintf("%s", out)
+	return string(out)
 }
