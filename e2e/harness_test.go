@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -119,6 +120,9 @@ type streamer struct {
 	cmd  *exec.Cmd
 	log  string
 	done chan error
+	// waited is set once Wait has returned: the cleanup reads it instead of
+	// cmd.ProcessState, which Wait writes on its own goroutine.
+	waited atomic.Bool
 }
 
 func (e *env) start(extra ...string) *streamer {
@@ -143,9 +147,14 @@ func (e *env) startEnv(environ []string, extra ...string) *streamer {
 		e.t.Fatal(err)
 	}
 	s := &streamer{t: e.t, cmd: cmd, log: log.Name(), done: make(chan error, 1)}
-	go func() { s.done <- cmd.Wait(); log.Close() }()
+	go func() {
+		err := cmd.Wait()
+		s.waited.Store(true)
+		s.done <- err
+		log.Close()
+	}()
 	e.t.Cleanup(func() {
-		if s.cmd.ProcessState == nil {
+		if !s.waited.Load() {
 			_ = s.cmd.Process.Kill()
 			<-s.done
 		}

@@ -49,6 +49,12 @@ type outbox struct {
 func newRegistry(entries []mapping.Config) (*registry, error) {
 	r := &registry{entries: entries, byRel: map[uint32]*outbox{}, byTable: map[uint32]*outbox{}}
 	for i, e := range entries {
+		if e.Source == "" {
+			// The default, the table's identity, is set once the table is
+			// known (table); it has this shape, which every record format
+			// accepts.
+			e.Source = "0/0/0"
+		}
 		m, err := mapping.New(e)
 		if err != nil {
 			return nil, fmt.Errorf("outbox %d: %w", i+1, err)
