@@ -47,20 +47,9 @@ func TestTransactionalStoppedMidCommitAborts(t *testing.T) {
 		return nil, nil, false
 	})
 
-	tp, err := sink.NewTransactional(sink.TxConfig{
-		Config:          sink.Config{Brokers: c.ListenAddrs(), Linger: time.Millisecond},
-		TransactionalID: "tx", CheckpointTopic: "checkpoints", CheckpointKey: "slot_a", Origin: "1/2/3",
-		Interval: time.Hour, CommitRecords: 1000,
-	}, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := tp.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tp := fencedOn(ctx, t, c)
 	tp.Produce(&kgo.Record{Topic: "events", Key: []byte("a"), Value: []byte("{}")}, func(*kgo.Record, error) {
 		t.Error("a promise was called for a transaction that never committed")
 	})
@@ -133,20 +122,9 @@ func TestTransactionalUnconfirmedCommitSettled(t *testing.T) {
 		return nil, nil, false
 	})
 
-	tp, err := sink.NewTransactional(sink.TxConfig{
-		Config:          sink.Config{Brokers: c.ListenAddrs(), Linger: time.Millisecond},
-		TransactionalID: "tx", CheckpointTopic: "checkpoints", CheckpointKey: "slot_a", Origin: "1/2/3",
-		Interval: time.Hour, CommitRecords: 1000,
-	}, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tp.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := tp.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tp := fencedOn(ctx, t, c)
 	acked := make(chan error, 2)
 	tp.Produce(&kgo.Record{Topic: "events", Key: []byte("a"), Value: []byte("{}")}, func(_ *kgo.Record, err error) { acked <- err })
 	tp.Boundary(0x100, 1, time.Now())
@@ -201,4 +179,24 @@ func TestTransactionalUnconfirmedCommitSettled(t *testing.T) {
 	if err != nil || !cp.Found || cp.LSN != 0x100 {
 		t.Fatalf("checkpoint: %+v, %v; want 0/100", cp, err)
 	}
+}
+
+// fencedOn is a transactional producer on the kfake cluster c, fenced
+// (registered) and closed at cleanup, that commits only when told
+// (CommitNow): its Interval is an hour.
+func fencedOn(ctx context.Context, t *testing.T, c *kfake.Cluster) *sink.Transactional {
+	t.Helper()
+	tp, err := sink.NewTransactional(sink.TxConfig{
+		Config:          sink.Config{Brokers: c.ListenAddrs(), Linger: time.Millisecond},
+		TransactionalID: "tx", CheckpointTopic: "checkpoints", CheckpointKey: "slot_a", Origin: "1/2/3",
+		Interval: time.Hour, CommitRecords: 1000,
+	}, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tp.Close)
+	if err := tp.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return tp
 }
