@@ -86,8 +86,9 @@ func advise(err error) []string {
 // what is left to the operator: the lost range's events in Kafka.
 const forkAdvice = ". Start cdc-outbox again: it resumes at the slot's position on the new primary, which the standby had, and sends again what " +
 	"the new primary holds after it; with --delivery exactly-once it skips only the transactions up to the fork that Kafka holds, never one after it. " +
-	"The events Kafka got for the WAL past the fork stay there: their transactions are not on the new primary, which may give their event ids to new events; " +
-	"reconcile them by the LSNs above (docs/guarantees.md, Failover), and set synchronized_standby_slots on the primary so that it cannot happen again"
+	"The events Kafka got for the WAL past the fork stay there: their transactions are not on the new primary, which may give their event ids to new events, " +
+	"so the new primary's events after the fork carry their source with /epoch-N (the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; " +
+	"reconcile the lost events by the LSNs above (docs/guarantees.md, Failover), and set synchronized_standby_slots on the primary so that it cannot happen again"
 
 // sentinelAdvice is what to do about conditions the internal packages
 // return as a sentinel wrapped with the facts.

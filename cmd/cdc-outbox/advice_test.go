@@ -91,8 +91,9 @@ func TestAdvice(t *testing.T) {
 		{"failover past the fork", &replication.ForkError{From: "a:5432", FromTimeline: 1, To: "b:5432", ToTimeline: 2, Fork: 0x3000060, Confirmed: 0x3000000, Newest: 0x3100000},
 			". Start cdc-outbox again: it resumes at the slot's position on the new primary, which the standby had, and sends again what " +
 				"the new primary holds after it; with --delivery exactly-once it skips only the transactions up to the fork that Kafka holds, never one after it. " +
-				"The events Kafka got for the WAL past the fork stay there: their transactions are not on the new primary, which may give their event ids to new events; " +
-				"reconcile them by the LSNs above (docs/guarantees.md, Failover), and set synchronized_standby_slots on the primary so that it cannot happen again"},
+				"The events Kafka got for the WAL past the fork stay there: their transactions are not on the new primary, which may give their event ids to new events, " +
+				"so the new primary's events after the fork carry their source with /epoch-N (the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; " +
+				"reconcile the lost events by the LSNs above (docs/guarantees.md, Failover), and set synchronized_standby_slots on the primary so that it cannot happen again"},
 		{"publication gone", &replication.Error{Err: replication.ErrPublicationGone, Publication: "cdc_outbox", Slot: "s", Confirmed: 0x152E2B0},
 			`. To recover: re-create it (CREATE PUBLICATION "cdc_outbox" FOR TABLE <outbox table> WITH (publish = 'insert')), ` +
 				"drop the slot (SELECT pg_drop_replication_slot('s')), start cdc-outbox with --recreate-slot, " +

@@ -213,13 +213,24 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		txp *sink.Transactional
 		eo  *exactlyOnce
 	)
-	// The stream, made below, says which timeline it streams from: each
-	// Kafka checkpoint names it (exactly-once).
-	var st *replication.Stream
+	// The stream, made below, says which timeline it streams from, and
+	// the pipeline which history epoch: each Kafka checkpoint names them
+	// (exactly-once).
+	var (
+		st *replication.Stream
+		p  *pipeline.Pipeline
+	)
+	streamID, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
+	if err != nil {
+		return fmt.Errorf("read the stream's identity (the Kafka checkpoint's key): %w", err)
+	}
+	lin := &lineage{admin: sink.Config{Brokers: c.brokers(), Opts: kafkaOpts}, topic: c.CheckpointTopic, stream: streamID,
+		timeline: func() int32 { return st.Timeline() }, log: log}
 	if c.Delivery == deliveryExactlyOnce {
-		if eo, err = newExactlyOnce(ctx, c, specs, sinkCfg, kafkaOpts, func() int32 { return st.Timeline() }, m, log); err != nil {
+		if eo, err = newExactlyOnce(ctx, c, specs, sinkCfg, kafkaOpts, streamID, func() int32 { return st.Timeline() }, func() int { return p.Epoch() }, m, log); err != nil {
 			return err
 		}
+		eo.lineage = lin
 		txp = eo.txp
 		g.Close(txp.Close)
 		snk = txp
@@ -231,7 +242,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		g.Close(s.Close)
 		snk = s
 	}
-	p, err := pipeline.New(pipeline.Config{
+	p, err = pipeline.New(pipeline.Config{
 		Outboxes:          mappingsOf(specs),
 		OnBadEvent:        c.OnBadEvent,
 		DeadLetterTopic:   c.DeadLetterTopic,
@@ -242,6 +253,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		MaxRecordBytes:    c.MaxRecordBytes,
 		Explain:           explain,
 		Tracer:            tracer,
+		Lineage:           lin,
 	}, tracker, catalog, snk, m, log)
 	if err != nil {
 		return err
@@ -282,6 +294,12 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	}
 	if eo != nil {
 		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p, st, m) }
+	} else {
+		rcfg.Holding = func(ctx context.Context) error {
+			es, err := lin.read(ctx)
+			p.SetEpochs(es)
+			return err
+		}
 	}
 	st = replication.New(rcfg, p, tracker, log)
 	mcfg := replication.MonitorConfig{
@@ -325,7 +343,15 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		attrs = append(attrs, "table", o.Table, "table_oid", o.OID, "source", o.Source)
 	}
 	log.Info("starting", append(attrs, "brokers", c.KafkaBrokers, "kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())...)
-	return st.Run(ctx)
+	err = st.Run(ctx)
+	if fe := (*replication.ForkError)(nil); errors.As(err, &fe) {
+		// Recorded before the exit, so that the restart publishes the new
+		// primary's events in the new epoch.
+		if lerr := lin.forked(fe, p.Epoch()); lerr != nil {
+			return errors.Join(err, lerr)
+		}
+	}
+	return err
 }
 
 // dataPath is what metrics read at scrape time.
@@ -364,6 +390,7 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			return float64(dp.txp.Checkpoint())
 		}),
 		SkippedTransactions: read(func(dp *dataPath) float64 { return float64(dp.pipe.SkippedTransactions()) }),
+		Epoch:               read(func(dp *dataPath) float64 { return float64(dp.pipe.Epoch()) }),
 		Outboxes: func() []metrics.Outbox {
 			dp := parts.Load()
 			if dp == nil {
@@ -407,21 +434,21 @@ type exactlyOnce struct {
 	// legacyOrigin is the outbox table's identity, which checkpoints of
 	// the former default names carry under the slot's name as key.
 	legacyOrigin string
+	lineage      *lineage // the stream's history epochs, read with the checkpoint
 	log          *slog.Logger
 }
 
 // newExactlyOnce makes the exactly-once producer and creates the
 // checkpoint topic when missing. Nothing is fenced yet: a standby waiting
 // for the slot must not stop the instance that streams.
-func newExactlyOnce(ctx context.Context, c *runConfig, specs []outboxSpec, cfg sink.Config, kafkaOpts []kgo.Opt, timeline func() int32, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
-	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
-	if err != nil {
-		return nil, fmt.Errorf("read the stream's identity for the Kafka checkpoint: %w", err)
-	}
+func newExactlyOnce(ctx context.Context, c *runConfig, specs []outboxSpec, cfg sink.Config, kafkaOpts []kgo.Opt, stream string, timeline func() int32, epoch func() int, obs sink.TxObserver, log *slog.Logger) (*exactlyOnce, error) {
 	// The former default names keyed a checkpoint by the slot with the one
 	// outbox table's identity as origin; a stream of a list or patterns
 	// never wrote one.
-	var legacy string
+	var (
+		legacy string
+		err    error
+	)
 	if len(specs) == 1 && !specs[0].Pattern.IsGlob() {
 		if legacy, err = replication.TableIdentity(ctx, c.PostgresURL, specs[0].Pattern.Name()); err != nil && !errors.Is(err, replication.ErrNoTable) {
 			return nil, fmt.Errorf("read the outbox table's identity for the former Kafka checkpoint: %w", err)
@@ -434,6 +461,7 @@ func newExactlyOnce(ctx context.Context, c *runConfig, specs []outboxSpec, cfg s
 		CheckpointKey:   stream,
 		Origin:          stream,
 		Timeline:        timeline,
+		Epoch:           epoch,
 		Interval:        c.TransactionInterval,
 		CommitRecords:   max(1, c.MaxInflightEvents/2),
 		Admin:           sink.Config{Brokers: cfg.Brokers, Opts: kafkaOpts},
@@ -472,6 +500,12 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *re
 	if err != nil {
 		return err
 	}
+	// The epochs are this stream's, whichever checkpoint is read below.
+	epochs, err := eo.lineage.set(cp.Epochs)
+	if err != nil {
+		return err
+	}
+	p.SetEpochs(epochs)
 	if !cp.Found && eo.legacyOrigin != "" {
 		// The first start after an upgrade from the former default names
 		// (the slot's name as key, the table's identity as origin): that
@@ -490,7 +524,7 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *re
 		return nil
 	}
 	eo.txp.SetCheckpoint(cp.LSN)
-	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime}
+	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime, Epoch: cp.Commit.Epoch}
 	h := st.History()
 	trust := checkpoint.Decide(mark, h.Timeline, h.Ends, h.Flushed)
 	attrs := []any{"transactional_id", id, "checkpoint_topic", c.CheckpointTopic, "checkpoint_key", eo.stream, "checkpoint_lsn", cp.LSN,
@@ -506,6 +540,14 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *re
 			"and the events Kafka holds of the WAL from there to the checkpoint are of a history the server does not have; it commits other transactions there, "+
 			"and may hand out the same event ids again", append(attrs, "why", trust.Why, "lost_from_lsn", trust.LostFrom, "lost_to_lsn", cp.LSN, "skip_through_lsn", trust.Skip)...)
 		p.SkipThrough(trust.Skip)
+		// The server's events from the fork on (from the stream's start
+		// when the histories part at an unknown place) are a new epoch.
+		es, err := eo.lineage.Begin(checkpoint.Epoch{Timeline: h.Timeline, From: trust.LostFrom, LostEpoch: cp.Commit.Epoch,
+			LostTimeline: mark.Timeline, LostFrom: trust.LostFrom, LostTo: cp.LSN, At: time.Now()})
+		if err != nil {
+			return err
+		}
+		p.SetEpochs(es)
 	default:
 		log.Warn("exactly-once delivery: the Kafka checkpoint cannot be verified on this server's WAL history: nothing is skipped, "+
 			"so transactions Kafka holds may be published again", append(attrs, "why", trust.Why)...)

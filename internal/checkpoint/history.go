@@ -20,6 +20,7 @@ type Mark struct {
 	Timeline   int32     // 0: not recorded (a checkpoint of an older version)
 	Xid        uint32    // of the transaction that ended at End
 	CommitTime time.Time // its commit time; zero when not recorded
+	Epoch      int       // the history epoch its events were published in (Epoch)
 }
 
 // Known reports whether the mark names a commit the stream can check.

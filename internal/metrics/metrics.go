@@ -30,6 +30,7 @@
 //	cdc_outbox_status_updates_total             counter   standby status updates sent to PostgreSQL
 //	cdc_outbox_ready                            gauge     1 while this process streams with Kafka reachable (/readyz answers 200 then, and for a standby too)
 //	cdc_outbox_lost_history_total               counter   times Kafka was found to hold events of WAL the server no longer has (a failover past the standby's WAL, a restore)
+//	cdc_outbox_history_epoch                    gauge     the history epoch of the events published now: 0 until a history was lost, then N, their sources ending in /epoch-N
 //	cdc_outbox_build_info{version,revision,goversion} gauge 1
 //
 // Per outbox table, when a stream carries several (one series per table
@@ -85,6 +86,8 @@ type Sources struct {
 	// transactions skipped because Kafka held them.
 	Checkpoint          func() float64
 	SkippedTransactions func() float64
+	// Epoch is the history epoch of the events published now.
+	Epoch func() float64
 	// Skipped counts the changes not published, by reason (the label
 	// values: update, delete, truncate, other_table, other_prefix).
 	Skipped map[string]func() float64
@@ -242,6 +245,10 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 	f.NewCounterFunc(prometheus.CounterOpts{
 		Name: "cdc_outbox_transactions_skipped_total", Help: "PostgreSQL transactions sent again that Kafka already held (exactly-once delivery): not published again.",
 	}, src.SkippedTransactions)
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cdc_outbox_history_epoch",
+		Help: "History epoch of the events published now: 0 until Kafka was found to hold events of a history the server does not have, then the epoch's number, which their sources end with (/epoch-N).",
+	}, src.Epoch)
 
 	reg.MustRegister(&funcs{
 		desc: prometheus.NewDesc("cdc_outbox_connected", "1 while connected: postgres (streaming) or kafka (answering metadata requests).", []string{"target"}, nil),

@@ -32,6 +32,7 @@ func newTestMetrics(t *testing.T, ready bool) (*Metrics, *prometheus.Registry) {
 		Oldest:              func() (time.Time, bool) { return now.Add(-4 * time.Second), true },
 		Checkpoint:          fixed(1200),
 		SkippedTransactions: fixed(4),
+		Epoch:               fixed(2),
 		Outboxes: func() []Outbox {
 			// Two tables of one name (dropped and created again) are one
 			// series.
@@ -301,7 +302,7 @@ func TestStandbyReadyButNotHolder(t *testing.T) {
 		Confirmed: fixed(0), Received: fixed(0), Transactions: fixed(0), InFlight: fixed(0), InFlightBytes: fixed(0),
 		PostgresConnected: func() bool { return false }, PostgresReconnects: fixed(0), StatusUpdates: fixed(0),
 		Oldest:     func() (time.Time, bool) { return time.Time{}, false },
-		Checkpoint: fixed(0), SkippedTransactions: fixed(0),
+		Checkpoint: fixed(0), SkippedTransactions: fixed(0), Epoch: fixed(0),
 		Ready: func() (bool, string) { return true, "standby: the slot is held by another process" },
 	}, Build{})
 	want := `

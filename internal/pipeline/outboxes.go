@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 )
@@ -26,14 +27,17 @@ type registry struct {
 	wanted  []string
 	byRel   map[uint32]*outbox // by relation id: the table and its partitions (replication goroutine only)
 
-	mu      sync.Mutex         // guards byTable's shape, read by Outboxes from any goroutine
+	mu      sync.Mutex         // guards byTable's shape and each outbox's source, read by Outboxes from any goroutine
 	byTable map[uint32]*outbox // by the outbox table's OID
+	epoch   int                // the history epoch the mappers' sources are of (epoch.go)
 }
 
 // outbox is one outbox table of the stream.
 type outbox struct {
 	decoder.Outbox
-	source string
+	cfg    mapping.Config // its entry's, with base as the source
+	base   string         // its source in the first history: the entry's, or the table's identity
+	source string         // its source in the epoch the stream is in
 	mapper *mapping.Mapper
 	idx    []int            // for each of mapper.Columns(), its index in registry.wanted
 	cols   []mapping.Column // reused for every insert (replication goroutine only)
@@ -97,11 +101,16 @@ func (r *registry) table(o decoder.Outbox) (*outbox, bool, error) {
 	if cfg.Source == "" {
 		cfg.Source = o.Identity
 	}
+	ob = &outbox{Outbox: o, cfg: cfg, base: cfg.Source}
+	r.mu.Lock()
+	epoch := r.epoch
+	r.mu.Unlock()
+	cfg.Source = checkpoint.Source(ob.base, epoch)
 	m, err := mapping.New(cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("outbox table %s: %w", o.Table(), err)
 	}
-	ob = &outbox{Outbox: o, source: cfg.Source, mapper: m}
+	ob.source, ob.mapper = cfg.Source, m
 	for _, c := range m.Columns() {
 		ob.idx = append(ob.idx, slices.Index(r.wanted, c))
 	}
@@ -152,13 +161,14 @@ type OutboxStats struct {
 func (p *Pipeline) Outboxes() []OutboxStats {
 	p.reg.mu.Lock()
 	obs := make([]*outbox, 0, len(p.reg.byTable))
+	sources := make([]string, 0, len(p.reg.byTable))
 	for _, o := range p.reg.byTable {
-		obs = append(obs, o)
+		obs, sources = append(obs, o), append(sources, o.source)
 	}
 	p.reg.mu.Unlock()
 	out := make([]OutboxStats, 0, len(obs))
-	for _, o := range obs {
-		s := OutboxStats{Table: o.Table(), OID: o.OID, Source: o.source, Events: o.events.Load(),
+	for i, o := range obs {
+		s := OutboxStats{Table: o.Table(), OID: o.OID, Source: sources[i], Events: o.events.Load(),
 			Bad: map[string]uint64{"dead_lettered": o.deadLettered.Load(), "failed": o.failed.Load()}}
 		if n := o.last.Load(); n != 0 {
 			s.Last = time.Unix(0, n).UTC()

@@ -67,6 +67,10 @@ type Config struct {
 	// Tracer follows each event in a span from its commit to the broker's
 	// answer (internal/tracing); nil, the default, does nothing per event.
 	Tracer Tracer
+	// Lineage records a history epoch when the stream finds, in
+	// exactly-once delivery, that the Kafka checkpoint is of a history
+	// the server does not have (epoch.go); nil records none.
+	Lineage Lineage
 }
 
 // Tracer starts an event's span when its record is produced: the child of
@@ -182,6 +186,15 @@ type Pipeline struct {
 	// published again (resend.go).
 	resend resendState
 
+	// History epochs (epoch.go): the stream's, and the one of the open
+	// transaction, whose sources the mappers have (replication goroutine
+	// only; epochNow for other goroutines). msgCfg is the messages'
+	// mapping in the first history.
+	epochs   checkpoint.Epochs
+	epoch    int
+	epochNow atomic.Int64
+	msgCfg   mapping.Config
+
 	obs Observer
 }
 
@@ -267,6 +280,7 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 		room:     make(chan struct{}, 1),
 		failed:   make(chan error, 1),
 		obs:      obs,
+		msgCfg:   first,
 	}
 	p.promise = p.ack
 	for _, c := range m.Columns() {
@@ -362,7 +376,12 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 				"first_commit_lsn", ev.FinalLSN, "through", p.through)
 		}
 		if p.verify != nil && !p.skipping {
-			return p.verifyBegin(ev.FinalLSN)
+			if err := p.verifyBegin(ev.FinalLSN); err != nil {
+				return err
+			}
+		}
+		if len(p.epochs) > 0 {
+			return p.epochBegin(ev.FinalLSN)
 		}
 	case decoder.KindRelation:
 		return p.relation(ev)

@@ -101,6 +101,9 @@ func (p *Pipeline) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time, sk
 		"nothing is skipped, and the events Kafka holds of the WAL up to the checkpoint's position are of a lost history; consumers may meet their ids again on other events",
 		"checkpoint_lsn", m.End, "checkpoint_timeline", m.Timeline, "checkpoint_xid", m.Xid, "checkpoint_commit_time", m.CommitTime,
 		"stream_start_lsn", p.ckpt.Confirmed(), "found", found)
+	if err := p.lostHere(m); err != nil {
+		return err
+	}
 	if skipped == 0 {
 		return nil // nothing was skipped: nothing to read again
 	}

@@ -27,12 +27,18 @@ import (
 // base backup keep the system identifier and reuse LSNs; these say whether
 // the LSN is the same commit there. Records written before they existed
 // have none (zero): such a checkpoint cannot be verified.
+//
+// Epoch is the history epoch the transaction's events were published in
+// (checkpoint.Epoch; 0, omitted, for the first history): a restored
+// cluster goes on with other transactions at the same LSNs, below the lost
+// history's checkpoints, and the epoch says which is the later.
 type checkpointValue struct {
 	LSN        string `json:"lsn"`
 	Origin     string `json:"origin"`
 	Timeline   int32  `json:"timeline,omitempty"`
 	Xid        uint32 `json:"xid,omitempty"`
 	CommitTime int64  `json:"commit_time_us,omitempty"`
+	Epoch      int    `json:"epoch,omitempty"`
 }
 
 // Commit is the PostgreSQL transaction a checkpoint is written after.
@@ -41,6 +47,7 @@ type Commit struct {
 	Timeline   int32
 	Xid        uint32
 	CommitTime time.Time
+	Epoch      int // the history epoch its events were published in
 }
 
 // CheckpointRecord is the checkpoint record of key (the slot) at lsn of the
@@ -52,7 +59,7 @@ func CheckpointRecord(topic, key, origin string, lsn pglogrepl.LSN) *kgo.Record 
 // CheckpointRecordAt is the checkpoint record of key (the slot) after the
 // commit at of the table origin.
 func CheckpointRecordAt(topic, key, origin string, at Commit) *kgo.Record {
-	v := checkpointValue{LSN: at.End.String(), Origin: origin, Timeline: at.Timeline, Xid: at.Xid}
+	v := checkpointValue{LSN: at.End.String(), Origin: origin, Timeline: at.Timeline, Xid: at.Xid, Epoch: at.Epoch}
 	if !at.CommitTime.IsZero() {
 		v.CommitTime = at.CommitTime.UnixMicro()
 	}
@@ -77,7 +84,7 @@ func parseCheckpoint(value []byte) (at Commit, origin string, err error) {
 	if err != nil {
 		return Commit{}, "", fmt.Errorf("checkpoint record %q: %w", value, err)
 	}
-	at = Commit{End: lsn, Timeline: v.Timeline, Xid: v.Xid}
+	at = Commit{End: lsn, Timeline: v.Timeline, Xid: v.Xid, Epoch: v.Epoch}
 	if v.CommitTime != 0 {
 		at.CommitTime = time.UnixMicro(v.CommitTime).UTC()
 	}
@@ -96,6 +103,9 @@ type Checkpoint struct {
 	// Commit names the PostgreSQL transaction at LSN in its WAL history;
 	// its Timeline is 0 in a record of an older version.
 	Commit Commit
+	// Epochs is the value of the stream's epochs record (EpochsKey), found
+	// with a checkpoint or without: nil when no history of it was lost.
+	Epochs []byte
 }
 
 // checkpointPartitions is the checkpoint topic's partition count when
@@ -125,7 +135,8 @@ func EnsureCheckpointTopic(ctx context.Context, cfg Config, topic string) error 
 }
 
 // ReadCheckpoint reads the checkpoint topic to its end and returns the
-// committed checkpoint of key written by origin with the highest LSN, on
+// committed checkpoint of key written by origin with the highest LSN (and
+// the stream's history epochs, EpochsKey), on
 // whichever partition it lies: a record of another origin under the same
 // key (another cluster that used the same name) says nothing of this
 // stream, and positions only grow, so the highest is the latest. Call it
@@ -188,6 +199,7 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 	defer cl.Close()
 	// A transactional producer's checkpoint waits here for its marker.
 	pending := map[int64]Checkpoint{}
+	epochsKey, epochs := EpochsKey(key), []byte(nil)
 	for len(last) > 0 {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -216,6 +228,9 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 					}
 					delete(pending, r.ProducerID)
 				}
+			case string(r.Key) == epochsKey:
+				// One partition has the key's records, the last the latest.
+				epochs = r.Value
 			case string(r.Key) != key:
 			default:
 				at, o, perr := parseCheckpoint(r.Value)
@@ -239,6 +254,7 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 			return fail("read it", err)
 		}
 	}
+	cp.Epochs = epochs
 	return cp, nil
 }
 
@@ -249,10 +265,15 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 // of a newer timeline is the later one whatever its LSN, or a lost
 // history's checkpoint would be read (and refuted, skipping nothing) at
 // every start until the new history passed its LSN. A checkpoint without a
-// timeline (written by a former version) has timeline 0.
+// timeline (written by a former version) has timeline 0. A later history
+// epoch comes before both: a restore goes on with the same timeline below
+// the lost history's positions.
 func (c Checkpoint) supersedes(o Checkpoint) bool {
 	if !o.Found {
 		return true
+	}
+	if c.Commit.Epoch != o.Commit.Epoch {
+		return c.Commit.Epoch > o.Commit.Epoch
 	}
 	if c.Commit.Timeline != o.Commit.Timeline {
 		return c.Commit.Timeline > o.Commit.Timeline

@@ -35,6 +35,10 @@ type TxConfig struct {
 	// every checkpoint with the commit it follows; nil writes none. It is
 	// called from the goroutine that calls Boundary.
 	Timeline func() int32
+	// Epoch is the history epoch (checkpoint.Epoch) of the transactions
+	// the stream hands on, written in every checkpoint; nil writes 0. It
+	// is called from the goroutine that calls Boundary.
+	Epoch func() int
 	// Interval is the least time between two commits, unless CommitRecords
 	// records wait: then the next commit starts at once.
 	Interval      time.Duration
@@ -141,10 +145,14 @@ func (t *Transactional) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.
 	if t.cfg.Timeline != nil {
 		tl = t.cfg.Timeline()
 	}
+	var epoch int
+	if t.cfg.Epoch != nil {
+		epoch = t.cfg.Epoch()
+	}
 	t.mu.Lock()
 	t.boundary = len(t.queue)
-	if end > t.through.End {
-		t.through = Commit{End: end, Timeline: tl, Xid: xid, CommitTime: commitTime}
+	if end > t.through.End || epoch > t.through.Epoch {
+		t.through = Commit{End: end, Timeline: tl, Xid: xid, CommitTime: commitTime, Epoch: epoch}
 	}
 	full := t.boundary >= t.cfg.CommitRecords
 	t.mu.Unlock()
@@ -362,7 +370,7 @@ func (t *Transactional) settle(ctx context.Context, through Commit) (bool, error
 			cp, rerr := ReadCheckpoint(rctx, t.cfg.Admin, t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin)
 			cancel()
 			if rerr == nil {
-				return cp.Found && cp.LSN >= through.End && cp.Commit.Timeline >= through.Timeline, nil
+				return cp.Found && cp.LSN >= through.End && cp.Commit.Timeline >= through.Timeline && cp.Commit.Epoch >= through.Epoch, nil
 			}
 			err = rerr
 		} else if !unreachable(err) && !errors.Is(err, kerr.OperationNotAttempted) {

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
+)
+
+// lineage keeps the stream's history epochs in the checkpoint topic
+// (sink.WriteEpochs), in either delivery: the epochs a lost history began
+// must be known at every later start, or the new history's events would be
+// published again under the lost one's source, where a consumer deduping
+// by (source, id) takes them for events it has seen.
+type lineage struct {
+	admin    sink.Config
+	topic    string
+	stream   string       // the stream's identity: the epochs record's key and origin
+	timeline func() int32 // the server's, for an epoch that does not name it
+	log      *slog.Logger
+	mu       sync.Mutex
+	epochs   checkpoint.Epochs
+}
+
+// set sets the epochs read at start with the checkpoint (exactly-once),
+// the value of the epochs record, and returns them.
+func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
+	es, err := checkpoint.DecodeEpochs(value)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint topic %s, key %s: %w: delete the record (a null value under that key) only if no failover lost a history", l.topic, sink.EpochsKey(l.stream), err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epochs = es
+	if len(es) > 0 {
+		l.log.Info("history epochs: events of transactions committed in a later history carry their source with the epoch's number",
+			"epochs", len(es), "last", es[len(es)-1].String(), "checkpoint_topic", l.topic, "epochs_key", sink.EpochsKey(l.stream))
+	}
+	return es, nil
+}
+
+// read reads the epochs at start in at-least-once delivery, where nothing
+// else reads the checkpoint topic: missing, it holds none. A topic this
+// user may not read is said at WARN and streamed past: at-least-once
+// delivery needed no access to it before, and a stream that never lost a
+// history has no epoch.
+func (l *lineage) read(ctx context.Context) (checkpoint.Epochs, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cp, err := sink.ReadCheckpoint(ctx, l.admin, l.topic, l.stream, l.stream)
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		return nil, nil
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		l.log.Warn("cannot read the checkpoint topic for the stream's history epochs: if a failover lost a history before, this start does not know it, "+
+			"and the new history's events may share source and id with the lost one's; grant this user Read, Write and Create on the topic",
+			"checkpoint_topic", l.topic, "error", err)
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the stream's history epochs: %w", err)
+	}
+	return l.set(cp.Epochs)
+}
+
+// Begin records that the events of e's lost range in Kafka are of a
+// history the server does not have (pipeline.Lineage): a new epoch, unless
+// one stands for it already.
+func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Timeline == 0 {
+		e.Timeline = l.timeline()
+	}
+	es, got, changed := l.epochs.Begin(e)
+	if changed {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sink.WriteEpochs(ctx, l.admin, l.topic, l.stream, es.Encode()); err != nil {
+			return nil, fmt.Errorf("record history epoch %d, which the events of the new history need before any is published (%v): %w; "+
+				"nothing of the new history was published or confirmed: start cdc-outbox again once the broker takes writes to %s",
+				got.N, got, err, l.topic)
+		}
+		l.epochs = es
+	}
+	l.log.Warn("lost history recorded: the events of the new history carry their outbox's source with /epoch-N, so that none shares its source and id "+
+		"with an event of the lost history; reconcile the lost range's events, which Kafka holds and the server does not",
+		"epoch", got.N, "from_lsn", got.From, "timeline", got.Timeline, "lost_epoch", got.LostEpoch, "lost_timeline", got.LostTimeline,
+		"lost_from_lsn", got.LostFrom, "lost_to_lsn", got.LostTo, "checkpoint_topic", l.topic, "epochs_key", sink.EpochsKey(l.stream), "new", changed)
+	return es, nil
+}
+
+// forked records the lost history of a failover past the fork, which the
+// stream found and stopped on (*replication.ForkError), before the process
+// exits: the restart then publishes the new primary's events in the new
+// epoch. epoch is the one the stream published the lost events in.
+func (l *lineage) forked(fe *replication.ForkError, epoch int) error {
+	_, err := l.Begin(checkpoint.Epoch{Timeline: fe.ToTimeline, From: fe.Fork, LostEpoch: epoch, LostTimeline: fe.FromTimeline,
+		LostFrom: fe.Fork, LostTo: fe.Newest, At: time.Now()})
+	return err
+}

@@ -1,0 +1,95 @@
+package checkpoint_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+)
+
+// TestEpochsAt: a commit belongs to the newest epoch that began at or
+// before it; before the first, to the first history (0). An epoch whose
+// start is not known (0, a restore) takes every commit from then on.
+func TestEpochsAt(t *testing.T) {
+	es := checkpoint.Epochs{
+		{N: 1, Timeline: 2, From: 0x3000060},
+		{N: 2, Timeline: 3, From: 0x5000000},
+	}
+	for _, c := range []struct {
+		commit pglogrepl.LSN
+		want   int
+	}{
+		{0, 0}, {0x300005F, 0}, {0x3000060, 1}, {0x4FFFFFF, 1}, {0x5000000, 2}, {0x9000000, 2},
+	} {
+		if got := es.At(c.commit); got != c.want {
+			t.Errorf("At(%s) = %d, want %d", c.commit, got, c.want)
+		}
+	}
+	if got := (checkpoint.Epochs{}).At(0x5000000); got != 0 {
+		t.Errorf("no epochs: At = %d, want 0", got)
+	}
+	restored := append(es, checkpoint.Epoch{N: 3, Timeline: 3, From: 0})
+	for _, lsn := range []pglogrepl.LSN{0, 0x3000060, 0x9000000} {
+		if got := restored.At(lsn); got != 3 {
+			t.Errorf("after a restore, At(%s) = %d, want 3", lsn, got)
+		}
+	}
+}
+
+// TestEpochsBegin: a lost history found again (after a restart: the same
+// fork of the same epoch) keeps its number, and only its lost range grows;
+// another one (another fork, or a loss of the epoch that followed) is the
+// next number.
+func TestEpochsBegin(t *testing.T) {
+	fork := checkpoint.Epoch{Timeline: 2, From: 0x3000060, LostTimeline: 1, LostFrom: 0x3000060, LostTo: 0x3100000}
+	es, e, changed := checkpoint.Epochs(nil).Begin(fork)
+	if !changed || e.N != 1 || len(es) != 1 {
+		t.Fatalf("first lost history: epoch %d, changed %v, %d epochs; want 1, true, 1", e.N, changed, len(es))
+	}
+
+	// The restart reads a checkpoint short of what the stream published.
+	again := fork
+	again.LostTo = 0x3080000
+	es2, e, changed := es.Begin(again)
+	if changed || e.N != 1 || e.LostTo != 0x3100000 || len(es2) != 1 {
+		t.Fatalf("found again: epoch %d lost to %s, changed %v, %d epochs; want 1, 0/3100000, false, 1", e.N, e.LostTo, changed, len(es2))
+	}
+	further := fork
+	further.LostTo = 0x3200000
+	es3, e, changed := es.Begin(further)
+	if !changed || e.N != 1 || es3[0].LostTo != 0x3200000 || es[0].LostTo != 0x3100000 {
+		t.Fatalf("found with more lost: epoch %d, changed %v, lost to %s (before: %s); want 1, true, 0/3200000, unchanged", e.N, changed, es3[0].LostTo, es[0].LostTo)
+	}
+
+	// A restore of the new history loses epoch 1's events: a new epoch,
+	// though the timelines are the same as another's.
+	restore := checkpoint.Epoch{Timeline: 2, From: 0, LostEpoch: 1, LostTimeline: 2, LostTo: 0x4000000}
+	es4, e, changed := es.Begin(restore)
+	if !changed || e.N != 2 || len(es4) != 2 {
+		t.Fatalf("a restore after: epoch %d, changed %v, %d epochs; want 2, true, 2", e.N, changed, len(es4))
+	}
+	if _, e, changed := es4.Begin(restore); changed || e.N != 2 {
+		t.Fatalf("the restore found again: epoch %d, changed %v; want 2, false", e.N, changed)
+	}
+}
+
+// TestEpochSource: the first history keeps the source as it was; each
+// epoch's differs from every other's.
+func TestEpochSource(t *testing.T) {
+	base := "7301234567890123456/16384/16385"
+	if got := checkpoint.Source(base, 0); got != base {
+		t.Errorf("Source(base, 0) = %q, want %q", got, base)
+	}
+	seen := map[string]bool{base: true}
+	for n := 1; n <= 12; n++ {
+		s := checkpoint.Source(base, n)
+		if seen[s] {
+			t.Fatalf("Source(base, %d) = %q, the source of another epoch", n, s)
+		}
+		seen[s] = true
+	}
+	if got, want := checkpoint.Source("urn:payments:outbox", 2), "urn:payments:outbox/epoch-2"; got != want {
+		t.Errorf("Source = %q, want %q", got, want)
+	}
+}
