@@ -76,6 +76,8 @@ var contract = map[string][]string{
 	"cdc_outbox_slot_wal_status":            {"status"},
 	"cdc_outbox_slot_failover_standby":      {"standby", "state"},
 	"cdc_outbox_standby_slots_blocking":     nil,
+	"cdc_outbox_history_epoch":              nil,
+	"cdc_outbox_lost_history_total":         nil,
 	"cdc_outbox_connected":                  {"target"},
 	"cdc_outbox_reconnects_total":           {"target"},
 	"cdc_outbox_status_updates_total":       nil,
@@ -413,7 +415,7 @@ func readLines(t *testing.T, path string) []string {
 var requiredAlerts = []string{
 	"CdcOutboxLagHigh", "CdcOutboxRetainedWALHigh", "CdcOutboxRetainedWALGrowing",
 	"CdcOutboxSlotInactive", "CdcOutboxSlotWALLost", "CdcOutboxDown", "CdcOutboxNotReady",
-	"CdcOutboxBadEvents", "CdcOutboxStandbySlotsBlocking", "CdcOutboxFailoverNotReady",
+	"CdcOutboxBadEvents", "CdcOutboxStandbySlotsBlocking", "CdcOutboxFailoverNotReady", "CdcOutboxLostHistory",
 }
 
 func TestAlertsUseContractMetrics(t *testing.T) {
@@ -656,6 +658,7 @@ func TestContractCovered(t *testing.T) {
 		"up", "cdc_outbox_lag_seconds", "cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_active",
 		"cdc_outbox_slot_wal_status", "cdc_outbox_ready", "cdc_outbox_bad_events_total",
 		"cdc_outbox_publish_errors_total", "cdc_outbox_standby_slots_blocking", "cdc_outbox_slot_failover_standby",
+		"cdc_outbox_history_epoch", "cdc_outbox_lost_history_total",
 	} {
 		if !alerted[name] {
 			t.Errorf("%s is in no alert", name)

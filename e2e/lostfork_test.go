@@ -124,6 +124,23 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 	if c.lost == 0 {
 		t.Fatal("no event of the lost history in Kafka: the test did not fail over past the fork")
 	}
+	// The new primary's bigserial hands the lost events' ids out again;
+	// their events carry the source of the epoch begun at the fork.
+	if c.reused == 0 {
+		t.Fatal("no new event reuses an id of the lost history: the test does not show what the history epoch prevents")
+	}
+	if c.collisions != 0 {
+		t.Fatalf("%d new events share source and id with an event of the lost history: a consumer deduping by source and id drops them", c.collisions)
+	}
+	if c.resourced != 0 {
+		t.Fatalf("%d events were repeated under another source: the transactions before the fork are the first history's", c.resourced)
+	}
+	if !strings.Contains(log, `"msg":"lost history recorded`) {
+		t.Fatalf("the streamer that met the fork did not record the lost history:\n%s", tailOf(log, 3000))
+	}
+	if n := metricValue(t, st, "cdc_outbox_history_epoch"); n != 1 {
+		t.Fatalf("cdc_outbox_history_epoch = %v after the restart, want 1", n)
+	}
 	if delivery == "exactly-once" {
 		log := st.logText()
 		if !strings.Contains(log, `"msg":"lost history: the Kafka checkpoint lies on WAL this server never had`) {
@@ -139,15 +156,21 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 // histories is what Kafka holds of a server's outbox after its history
 // forked from the one streamed before: the server's events (expected),
 // those missing in Kafka and repeated there, the lost history's events in
-// Kafka (lost), and the server's events whose id one of those has too
-// (collisions: a consumer deduping by id drops them).
+// Kafka (lost), the server's events whose id one of those has too (reused)
+// and those of them whose source is the same too (collisions: a consumer
+// deduping by source and id, as the consume library does, drops them), and
+// the server's events repeated under another source (resourced: a
+// consumer deduping by source and id processes them again).
 type histories struct {
-	expected, missing, duplicates, lost, collisions int
+	expected, missing, duplicates, lost, reused, collisions, resourced int
+	// sources counts the server's events by the source they carry.
+	sources map[string]int
 }
 
 func (h histories) String() string {
-	return fmt.Sprintf("expected=%d missing=%d duplicates=%d; lost history in Kafka %d events, new events sharing an id with one of them %d",
-		h.expected, h.missing, h.duplicates, h.lost, h.collisions)
+	return fmt.Sprintf("expected=%d missing=%d duplicates=%d (under another source %d); lost history in Kafka %d events, "+
+		"new events reusing an id of one of them %d, with its source too %d; sources %v",
+		h.expected, h.missing, h.duplicates, h.resourced, h.lost, h.reused, h.collisions, h.sources)
 }
 
 // countHistories waits until Kafka has every event of the outbox of e's
@@ -168,13 +191,20 @@ func countHistories(t *testing.T, e *env, readCommitted bool) histories {
 	for _, ev := range table {
 		want[ev] = true
 	}
-	h := histories{expected: len(want)}
-	var got map[event]int
+	h := histories{expected: len(want), sources: map[string]int{}}
+	var (
+		got     map[event]int
+		sources map[event]map[string]bool
+	)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		got = map[event]int{}
-		for _, ev := range readEvents(t, e.topic("payment"), readCommitted) {
-			got[ev]++
+		got, sources = map[event]int{}, map[event]map[string]bool{}
+		for _, r := range readSourced(t, e.topic("payment"), readCommitted) {
+			got[r.event]++
+			if sources[r.event] == nil {
+				sources[r.event] = map[string]bool{}
+			}
+			sources[r.event][r.source] = true
 		}
 		h.missing = 0
 		for ev := range want {
@@ -190,18 +220,33 @@ func countHistories(t *testing.T, e *env, readCommitted bool) histories {
 		}
 		time.Sleep(250 * time.Millisecond) // the poll's period
 	}
-	ids := map[string]bool{} // ids of the lost history's events in Kafka
+	type key struct{ source, id string }
+	ids, keys := map[string]bool{}, map[key]bool{} // of the lost history's events in Kafka
 	for ev, n := range got {
 		if !want[ev] {
 			h.lost++
 			ids[ev.id] = true
+			for src := range sources[ev] {
+				keys[key{src, ev.id}] = true
+			}
 		} else {
 			h.duplicates += n - 1
 		}
 	}
 	for ev := range want {
 		if ids[ev.id] {
+			h.reused++
+		}
+		collides := false
+		for src := range sources[ev] {
+			h.sources[src]++
+			collides = collides || keys[key{src, ev.id}]
+		}
+		if collides {
 			h.collisions++
+		}
+		if len(sources[ev]) > 1 {
+			h.resourced++
 		}
 	}
 	return h
@@ -234,6 +279,24 @@ func forkOf(t *testing.T, url string, tli int32) pglogrepl.LSN {
 // for a read_committed reader) and returns the events.
 func readEvents(t *testing.T, topic string, readCommitted bool) []event {
 	t.Helper()
+	var out []event
+	for _, r := range readSourced(t, topic, readCommitted) {
+		out = append(out, r.event)
+	}
+	return out
+}
+
+// sourced is an event as a record carries it, with its source header.
+type sourced struct {
+	event
+	source string
+}
+
+// readSourced reads every record of topic to its end (its last stable
+// offset for a read_committed reader) and returns their events and
+// sources.
+func readSourced(t *testing.T, topic string, readCommitted bool) []sourced {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(testenv.KafkaClient(t))
@@ -254,7 +317,7 @@ func readEvents(t *testing.T, topic string, readCommitted bool) []event {
 			left[o.Partition] = o.Offset - 1
 		}
 	})
-	var out []event
+	var out []sourced
 	if len(left) == 0 {
 		return out
 	}
@@ -275,7 +338,7 @@ func readEvents(t *testing.T, topic string, readCommitted bool) []event {
 			}
 			var body struct{ Seq int }
 			_ = json.Unmarshal(r.Value, &body)
-			out = append(out, event{header(r, "id"), string(r.Key), body.Seq})
+			out = append(out, sourced{event{header(r, "id"), string(r.Key), body.Seq}, header(r, "source")})
 		})
 	}
 	return out
@@ -407,6 +470,15 @@ func restoredBaseBackup(t *testing.T, slotFirst bool) {
 	}
 	if n := metricValue(t, st, "cdc_outbox_lost_history_total"); n != 1 {
 		t.Fatalf("cdc_outbox_lost_history_total = %v, want 1", n)
+	}
+	// Where the restored history parts from the lost one is not known:
+	// everything streamed after the restore is the new epoch's, and the
+	// shared part's events are repeated under its source (resourced).
+	if c.collisions != 0 {
+		t.Fatalf("%d events of the restored cluster share source and id with an event of the lost history: a consumer deduping by source and id drops them", c.collisions)
+	}
+	if n := metricValue(t, st, "cdc_outbox_history_epoch"); n != 1 {
+		t.Fatalf("cdc_outbox_history_epoch = %v after the restore, want 1", n)
 	}
 	st.stop()
 }
