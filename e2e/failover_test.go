@@ -238,6 +238,18 @@ func failover(t *testing.T, major int, kill bool) {
 	if log := st.logText(); !strings.Contains(log, "PostgreSQL failed over") {
 		t.Error("the streamer's log does not say that PostgreSQL failed over")
 	}
+	// Nothing was lost, so no history epoch began: every event keeps the
+	// outbox's one source.
+	if n := metricValue(t, st, "cdc_outbox_history_epoch"); n != 0 {
+		t.Errorf("cdc_outbox_history_epoch = %v after a failover that lost nothing, want 0", n)
+	}
+	sources := map[string]int{}
+	for _, r := range readSourced(t, e.topic("payment"), false) {
+		sources[r.source]++
+	}
+	if len(sources) != 1 {
+		t.Errorf("the events carry %d sources after a failover that lost nothing, want one: %v", len(sources), sources)
+	}
 	st.stop()
 }
 
