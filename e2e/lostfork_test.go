@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
 
@@ -43,11 +45,15 @@ type event struct {
 // and reports, as the log and cdc_outbox_lost_history_total do.
 func TestFailoverPastTheFork(t *testing.T) {
 	for _, delivery := range []string{"exactly-once", "at-least-once"} {
-		t.Run(delivery, func(t *testing.T) { failoverPastTheFork(t, delivery) })
+		t.Run(delivery, func(t *testing.T) { failoverPastTheFork(t, delivery, false) })
 	}
+	// At-least-once delivery keeps no checkpoint: what tells a start on the
+	// promoted standby that Kafka holds events past the fork, when no
+	// cdc-outbox ran across the failover, is the published record.
+	t.Run("at-least-once/down-across-the-failover", func(t *testing.T) { failoverPastTheFork(t, "at-least-once", true) })
 }
 
-func failoverPastTheFork(t *testing.T, delivery string) {
+func failoverPastTheFork(t *testing.T, delivery string, down bool) {
 	began := time.Now()
 	primary := testenv.Cluster(t, testenv.ClusterOptions{Major: 17})
 	// The standby replicates through cut (closed to cut it off); cdc-outbox
@@ -89,22 +95,47 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 		return true
 	})
 
+	if down {
+		// The streamer dies once it has recorded a position past every
+		// event after the cut, and is not running when the primary fails.
+		var at string
+		if err := testenv.Connect(t, primary.URL).QueryRow(testenv.Context(t), `SELECT pg_current_wal_lsn()::text`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		past, err := pglogrepl.ParseLSN(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream := e.streamIdentity()
+		eventually(t, time.Minute, "the published record past "+at, func() bool {
+			cp, err := sink.ReadCheckpoint(testenv.Context(t), sink.Config{Brokers: e.brokers}, "cdc_outbox.checkpoints", stream, stream)
+			if err != nil {
+				return false
+			}
+			p, err := checkpoint.DecodePublished(cp.Published)
+			return err == nil && p.End >= past
+		})
+		st.kill()
+	}
 	late.Blackhole()
 	primary.Control("kill")
 	standby.Control("promote")
 	late.Restore()
 	promoted := time.Now()
-	if err := st.exited(2 * time.Minute); err == nil {
-		t.Fatal("the streamer exited 0 after a failover past the fork")
-	}
-	fork := forkOf(t, standby.URL, 1)
-	log := st.logText()
-	for _, want := range []string{`"msg":"lost history: cdc-outbox read the old primary's WAL past the fork`, "the promoted standby never received", "Start cdc-outbox again"} {
-		if !strings.Contains(log, want) {
-			st.dump()
-			t.Fatalf("the streamer's log does not say %q", want)
+	log := ""
+	if !down {
+		if err := st.exited(2 * time.Minute); err == nil {
+			t.Fatal("the streamer exited 0 after a failover past the fork")
+		}
+		log = st.logText()
+		for _, want := range []string{`"msg":"lost history: cdc-outbox read the old primary's WAL past the fork`, "the promoted standby never received", "Start cdc-outbox again"} {
+			if !strings.Contains(log, want) {
+				st.dump()
+				t.Fatalf("the streamer's log does not say %q", want)
+			}
 		}
 	}
+	fork := forkOf(t, standby.URL, 1)
 	// Nothing was confirmed on the new primary past the fork.
 	confirmed, err := pglogrepl.ParseLSN(slotConfirmed(t, standby.URL, e.slot))
 	if err != nil || confirmed > fork {
@@ -134,6 +165,13 @@ func failoverPastTheFork(t *testing.T, delivery string) {
 	}
 	if c.resourced != 0 {
 		t.Fatalf("%d events were repeated under another source: the transactions before the fork are the first history's", c.resourced)
+	}
+	if down {
+		// The restart found it, from the published record.
+		log = st.logText()
+		if !strings.Contains(log, `"msg":"lost history: the stream had published transactions up to a position on WAL this server does not have`) {
+			t.Fatalf("the start on the promoted standby does not report the lost history:\n%s", tailOf(log, 3000))
+		}
 	}
 	if !strings.Contains(log, `"msg":"lost history recorded`) {
 		t.Fatalf("the streamer that met the fork did not record the lost history:\n%s", tailOf(log, 3000))

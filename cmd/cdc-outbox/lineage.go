@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
@@ -23,8 +24,10 @@ import (
 type lineage struct {
 	admin    sink.Config
 	topic    string
+	records  *sink.StreamRecords
 	stream   string       // the stream's identity: the epochs record's key and origin
 	timeline func() int32 // the server's, for an epoch that does not name it
+	lost     interface{ LostHistory() }
 	log      *slog.Logger
 	mu       sync.Mutex
 	epochs   checkpoint.Epochs
@@ -51,8 +54,11 @@ func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 // else reads the checkpoint topic: missing, it holds none. A topic this
 // user may not read is said at WARN and streamed past: at-least-once
 // delivery needed no access to it before, and a stream that never lost a
-// history has no epoch.
-func (l *lineage) read(ctx context.Context) (checkpoint.Epochs, error) {
+// history has no epoch. With them it reads how far the stream had
+// published (the published record, which watch writes): past what the
+// server h has (a failover past the fork while no cdc-outbox ran, a
+// restore), that is a lost history, and an epoch begins.
+func (l *lineage) read(ctx context.Context, h replication.History) (checkpoint.Epochs, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cp, err := sink.ReadCheckpoint(ctx, l.admin, l.topic, l.stream, l.stream)
@@ -67,7 +73,69 @@ func (l *lineage) read(ctx context.Context) (checkpoint.Epochs, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read the stream's history epochs: %w", err)
 	}
-	return l.set(cp.Epochs)
+	es, err := l.set(cp.Epochs)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := checkpoint.DecodePublished(cp.Published)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint topic %s, key %s: %w: delete the record (a null value under that key)", l.topic, sink.PublishedKey(l.stream), err)
+	}
+	lost, from := checkpoint.LostPast(pub, h.Timeline, h.Ends, h.Flushed)
+	if !lost {
+		return es, nil
+	}
+	l.lost.LostHistory()
+	l.log.Warn("lost history: the stream had published transactions up to a position on WAL this server does not have "+
+		"(a failover past what the standby had received, or a restore): the events Kafka holds of it are of a history the server does not have",
+		"published_lsn", pub.End, "published_timeline", pub.Timeline, "published_epoch", pub.Epoch, "timeline", h.Timeline,
+		"server_flushed_lsn", h.Flushed, "lost_from_lsn", from)
+	return l.Begin(checkpoint.Epoch{Timeline: h.Timeline, From: from, LostEpoch: pub.Epoch, LostTimeline: pub.Timeline,
+		LostFrom: from, LostTo: pub.End, At: time.Now()})
+}
+
+// publishedEvery is how often watch records how far the stream published.
+const publishedEvery = time.Second
+
+// watch records, in at-least-once delivery, how far the stream has handed
+// transactions to Kafka (newest), the timeline and the epoch, every
+// publishedEvery while it streams and moves on, until ctx ends. Only a
+// position read while the stream streams on one timeline throughout is
+// written: after a connection is lost, a promoted standby's timeline must
+// not be written with positions read on the old primary. A write that
+// fails is a WARN (once until one succeeds): the record is for the next
+// start, the stream does not wait on it.
+func (l *lineage) watch(ctx context.Context, st *replication.Stream, newest func() pglogrepl.LSN, epoch func() int) {
+	var last checkpoint.Published
+	failing := false
+	tick := time.NewTicker(publishedEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		tl := st.Timeline()
+		if !st.Connected() {
+			continue
+		}
+		p := checkpoint.Published{End: newest(), Timeline: tl, Epoch: epoch()}
+		if !st.Connected() || st.Timeline() != tl || p == last || p.End == 0 {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := l.records.Write(wctx, sink.PublishedKey(l.stream), p.Encode())
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
+			l.log.Warn("cannot record how far the stream published in the checkpoint topic: a start on a promoted standby may not know of events Kafka holds past its fork; "+
+				"grant this user Write and Create on the topic", "checkpoint_topic", l.topic, "error", err)
+		case err == nil:
+			last, failing = p, false
+		}
+	}
 }
 
 // Begin records that the events of e's lost range in Kafka are of a
@@ -83,7 +151,7 @@ func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
 	if changed {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := sink.WriteEpochs(ctx, l.admin, l.topic, l.stream, es.Encode()); err != nil {
+		if err := l.records.Write(ctx, sink.EpochsKey(l.stream), es.Encode()); err != nil {
 			return nil, fmt.Errorf("record history epoch %d, which the events of the new history need before any is published (%v): %w; "+
 				"nothing of the new history was published or confirmed: start cdc-outbox again once the broker takes writes to %s",
 				got.N, got, err, l.topic)

@@ -224,8 +224,14 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err != nil {
 		return fmt.Errorf("read the stream's identity (the Kafka checkpoint's key): %w", err)
 	}
-	lin := &lineage{admin: sink.Config{Brokers: c.brokers(), Opts: kafkaOpts}, topic: c.CheckpointTopic, stream: streamID,
-		timeline: func() int32 { return st.Timeline() }, log: log}
+	admin := sink.Config{Brokers: c.brokers(), Opts: kafkaOpts}
+	records, err := sink.NewStreamRecords(admin, c.CheckpointTopic)
+	if err != nil {
+		return err
+	}
+	g.Close(records.Close)
+	lin := &lineage{admin: admin, topic: c.CheckpointTopic, records: records, stream: streamID,
+		timeline: func() int32 { return st.Timeline() }, lost: m, log: log}
 	if c.Delivery == deliveryExactlyOnce {
 		if eo, err = newExactlyOnce(ctx, c, specs, sinkCfg, kafkaOpts, streamID, func() int32 { return st.Timeline() }, func() int { return p.Epoch() }, m, log); err != nil {
 			return err
@@ -296,7 +302,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p, st, m) }
 	} else {
 		rcfg.Holding = func(ctx context.Context) error {
-			es, err := lin.read(ctx)
+			es, err := lin.read(ctx, st.History())
 			p.SetEpochs(es)
 			return err
 		}
@@ -325,6 +331,9 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	parts.Store(&dataPath{ckpt: tracker, stream: st, pipe: p, monitor: monitor, kafka: health, txp: txp})
 
 	loop(g, "Kafka health check", health.Run)
+	if eo == nil {
+		loop(g, "published position", func(ctx context.Context) { lin.watch(ctx, st, tracker.Newest, p.Epoch) })
+	}
 	loop(g, "slot monitor", monitor.Run)
 
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {

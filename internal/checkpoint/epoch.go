@@ -148,3 +148,75 @@ func DecodeEpochs(value []byte) (Epochs, error) {
 	}
 	return es, nil
 }
+
+// Published is how far an at-least-once stream had handed transactions to
+// Kafka, on which timeline and in which epoch, as it records every second:
+// at-least-once delivery keeps no checkpoint, and without it a start on a
+// promoted standby could not know that Kafka holds events past the fork.
+// It lags what was published by up to its interval, so a history lost
+// within the last interval before a crash goes unseen; longer ones, the
+// ones a cut-off standby makes, are found.
+type Published struct {
+	End      pglogrepl.LSN
+	Timeline int32
+	Epoch    int
+}
+
+// Encode is the value of the published record.
+func (p Published) Encode() []byte {
+	b, _ := json.Marshal(struct {
+		End      string `json:"lsn"`
+		Timeline int32  `json:"timeline"`
+		Epoch    int    `json:"epoch"`
+	}{p.End.String(), p.Timeline, p.Epoch})
+	return b
+}
+
+// DecodePublished reads a published record's value; nil is none (the zero
+// Published).
+func DecodePublished(value []byte) (Published, error) {
+	if value == nil {
+		return Published{}, nil
+	}
+	var v struct {
+		End      string `json:"lsn"`
+		Timeline int32  `json:"timeline"`
+		Epoch    int    `json:"epoch"`
+	}
+	if err := json.Unmarshal(value, &v); err != nil {
+		return Published{}, fmt.Errorf("published record %q: %w", value, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(v.End)
+	if err != nil {
+		return Published{}, fmt.Errorf("published record %q: %w", value, err)
+	}
+	return Published{End: lsn, Timeline: v.Timeline, Epoch: v.Epoch}, nil
+}
+
+// LostPast says whether what p says was published lies on WAL that a
+// server on timeline, whose history's earlier timelines ended at ends and
+// whose WAL is flushed up to flushed, does not have, and where the
+// server's own history then parts from it (0: not known): as Decide does
+// for a checkpoint, without a commit to verify. Published on an earlier
+// timeline past its end: lost from that end (a failover past what the
+// standby had). Past the server's flushed WAL: lost, from an unknown place
+// (a restore). A record on a timeline the history does not have says
+// nothing.
+func LostPast(p Published, timeline int32, ends map[int32]pglogrepl.LSN, flushed pglogrepl.LSN) (lost bool, from pglogrepl.LSN) {
+	if p.Timeline == 0 {
+		return false, 0
+	}
+	if p.Timeline != timeline {
+		end, ok := ends[p.Timeline]
+		if !ok {
+			return false, 0
+		}
+		if p.End > end {
+			return true, end
+		}
+	}
+	if p.End > flushed {
+		return true, 0
+	}
+	return false, 0
+}

@@ -93,3 +93,53 @@ func TestEpochSource(t *testing.T) {
 		t.Errorf("Source = %q, want %q", got, want)
 	}
 }
+
+// TestLostPast: what an at-least-once stream published is lost when it
+// lies past the fork of the server's history, or past its WAL; on the
+// server's own history within its WAL, or before the fork, it is not.
+func TestLostPast(t *testing.T) {
+	ends := map[int32]pglogrepl.LSN{1: 0x3000060}
+	for _, c := range []struct {
+		name     string
+		p        checkpoint.Published
+		timeline int32
+		lost     bool
+		from     pglogrepl.LSN
+	}{
+		{"none recorded", checkpoint.Published{}, 2, false, 0},
+		{"same timeline, within the WAL", checkpoint.Published{End: 0x4000000, Timeline: 2}, 2, false, 0},
+		{"before the fork", checkpoint.Published{End: 0x3000000, Timeline: 1}, 2, false, 0},
+		{"at the fork", checkpoint.Published{End: 0x3000060, Timeline: 1}, 2, false, 0},
+		{"past the fork", checkpoint.Published{End: 0x3100000, Timeline: 1}, 2, true, 0x3000060},
+		{"past the WAL (a restore)", checkpoint.Published{End: 0x9000000, Timeline: 2}, 2, true, 0},
+		{"a timeline not in the history", checkpoint.Published{End: 0x3100000, Timeline: 7}, 2, false, 0},
+	} {
+		lost, from := checkpoint.LostPast(c.p, c.timeline, ends, 0x5000000)
+		if lost != c.lost || from != c.from {
+			t.Errorf("%s: lost %v from %s, want %v from %s", c.name, lost, from, c.lost, c.from)
+		}
+	}
+	p := checkpoint.Published{End: 0x3100000, Timeline: 1, Epoch: 2}
+	if got, err := checkpoint.DecodePublished(p.Encode()); err != nil || got != p {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, p)
+	}
+	if got, err := checkpoint.DecodePublished(nil); err != nil || got != (checkpoint.Published{}) {
+		t.Fatalf("no record: %+v, %v", got, err)
+	}
+}
+
+// TestEpochsEncode: the epochs record reads back as written.
+func TestEpochsEncode(t *testing.T) {
+	es := checkpoint.Epochs{{N: 1, Timeline: 2, From: 0x3000060, LostTimeline: 1, LostFrom: 0x3000060, LostTo: 0x3100000, At: committed},
+		{N: 2, Timeline: 2, LostEpoch: 1, LostTimeline: 2, LostTo: 0x4000000, At: committed}}
+	got, err := checkpoint.DecodeEpochs(es.Encode())
+	if err != nil || len(got) != 2 || got[0] != es[0] || got[1] != es[1] {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, es)
+	}
+	if got, err := checkpoint.DecodeEpochs(nil); err != nil || got != nil {
+		t.Fatalf("no record: %+v, %v", got, err)
+	}
+	if _, err := checkpoint.DecodeEpochs([]byte(`{"epochs":[{"n":1,"from_lsn":"x"}]}`)); err == nil {
+		t.Fatal("a bad LSN decoded")
+	}
+}

@@ -105,7 +105,9 @@ type Checkpoint struct {
 	Commit Commit
 	// Epochs is the value of the stream's epochs record (EpochsKey), found
 	// with a checkpoint or without: nil when no history of it was lost.
-	Epochs []byte
+	// Published is the value of its published record (PublishedKey): nil
+	// unless it streamed in at-least-once delivery.
+	Epochs, Published []byte
 }
 
 // checkpointPartitions is the checkpoint topic's partition count when
@@ -199,7 +201,8 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 	defer cl.Close()
 	// A transactional producer's checkpoint waits here for its marker.
 	pending := map[int64]Checkpoint{}
-	epochsKey, epochs := EpochsKey(key), []byte(nil)
+	epochsKey, publishedKey := EpochsKey(key), PublishedKey(key)
+	var epochs, published []byte
 	for len(last) > 0 {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -228,9 +231,11 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 					}
 					delete(pending, r.ProducerID)
 				}
+			// One partition has a key's records, the last the latest.
 			case string(r.Key) == epochsKey:
-				// One partition has the key's records, the last the latest.
 				epochs = r.Value
+			case string(r.Key) == publishedKey:
+				published = r.Value
 			case string(r.Key) != key:
 			default:
 				at, o, perr := parseCheckpoint(r.Value)
@@ -254,7 +259,7 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 			return fail("read it", err)
 		}
 	}
-	cp.Epochs = epochs
+	cp.Epochs, cp.Published = epochs, published
 	return cp, nil
 }
 
