@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
@@ -98,14 +97,14 @@ func (l *lineage) read(ctx context.Context, h replication.History) (checkpoint.E
 const publishedEvery = time.Second
 
 // watch records, in at-least-once delivery, how far the stream has handed
-// transactions to Kafka (newest), the timeline and the epoch, every
+// transactions to Kafka and in which epoch (at), with the timeline, every
 // publishedEvery while it streams and moves on, until ctx ends. Only a
 // position read while the stream streams on one timeline throughout is
 // written: after a connection is lost, a promoted standby's timeline must
 // not be written with positions read on the old primary. A write that
 // fails is a WARN (once until one succeeds): the record is for the next
 // start, the stream does not wait on it.
-func (l *lineage) watch(ctx context.Context, st *replication.Stream, newest func() pglogrepl.LSN, epoch func() int) {
+func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() checkpoint.Published) {
 	var last checkpoint.Published
 	failing := false
 	tick := time.NewTicker(publishedEvery)
@@ -120,7 +119,8 @@ func (l *lineage) watch(ctx context.Context, st *replication.Stream, newest func
 		if !st.Connected() {
 			continue
 		}
-		p := checkpoint.Published{End: newest(), Timeline: tl, Epoch: epoch()}
+		p := at()
+		p.Timeline = tl
 		if !st.Connected() || st.Timeline() != tl || p == last || p.End == 0 {
 			continue
 		}

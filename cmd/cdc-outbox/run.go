@@ -332,7 +332,9 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 
 	loop(g, "Kafka health check", health.Run)
 	if eo == nil {
-		loop(g, "published position", func(ctx context.Context) { lin.watch(ctx, st, tracker.Newest, p.Epoch) })
+		loop(g, "published position", func(ctx context.Context) {
+			lin.watch(ctx, st, func() checkpoint.Published { return checkpoint.Published{End: tracker.Newest(), Epoch: p.Epoch()} })
+		})
 	}
 	loop(g, "slot monitor", monitor.Run)
 
