@@ -179,6 +179,19 @@ func failoverPastTheFork(t *testing.T, delivery string, down bool) {
 	if n := metricValue(t, st, "cdc_outbox_history_epoch"); n != 1 {
 		t.Fatalf("cdc_outbox_history_epoch = %v after the restart, want 1", n)
 	}
+	if delivery == "at-least-once" && !down {
+		// republish, with the default source, sends every row under the
+		// newest epoch's: none shares source and id with a lost event.
+		out := e.republish("--slot", e.slot)
+		if !strings.Contains(out, "the stream is in a later history epoch") {
+			t.Fatalf("republish does not say it publishes under the epoch's source:\n%s", out)
+		}
+		after := countHistories(t, e, readCommitted)
+		t.Logf("after republishing every row: %s", after)
+		if after.collisions != 0 {
+			t.Fatalf("after republish, %d events share source and id with an event of the lost history", after.collisions)
+		}
+	}
 	if delivery == "exactly-once" {
 		log := st.logText()
 		if !strings.Contains(log, `"msg":"lost history: the Kafka checkpoint lies on WAL this server never had`) {

@@ -9,8 +9,11 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
@@ -47,6 +50,9 @@ func republishFlags(c *republishConfig) *flags {
 	f.Int(&rc.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading waits")
 	f.Duration(&c.ProgressInterval, "progress-interval", 5*time.Second, "how often to print progress on stderr; 0 prints none")
 	f.Duration(&rc.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for the events sent to be acknowledged")
+	f.String(&rc.Slot, "slot", "cdc_outbox", "`name` of the replication slot of the stream the rows belong to: with the default --source, rows go under the source of its newest history epoch "+
+		"(read from --checkpoint-topic), as the stream publishes them after a lost history")
+	f.String(&rc.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "compacted `topic` holding the stream's history epochs (run's --checkpoint-topic)")
 	kafkaFlags(f, rc)
 	mappingFlags(f, rc)
 	logFlags(f, rc)
@@ -180,6 +186,11 @@ func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt,
 	if err != nil {
 		return republish.Summary{}, err
 	}
+	if c.Source == "" {
+		if source, err = epochSource(ctx, &c.runConfig, source, kafkaOpts, log); err != nil {
+			return republish.Summary{}, err
+		}
+	}
 	c.Mapping.Source = source
 	since, until := c.times()
 	began, lastProgress := time.Now(), time.Now()
@@ -229,4 +240,40 @@ func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt,
 	defer cancel()
 	defer context.AfterFunc(ctx, func() { time.AfterFunc(c.ShutdownTimeout, cancel) })()
 	return r.Run(ctx, flushCtx)
+}
+
+// epochSource is the default source base of the stream of --slot in its
+// newest history epoch (checkpoint.Epoch): after a lost history, the
+// stream publishes the new history's events under it, and a row sent
+// again under base could share source and id with an event of the lost
+// history, which a consumer would take it for. A row carries no LSN, so
+// every row goes under the newest epoch's source: a row of an earlier
+// history is then a repeat under another source, which a consumer
+// processes again, never one it drops.
+func epochSource(ctx context.Context, c *runConfig, base string, kafkaOpts []kgo.Opt, log *slog.Logger) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
+	if err != nil {
+		return "", fmt.Errorf("read the stream's identity for its history epochs: %w", err)
+	}
+	cp, err := sink.ReadCheckpoint(ctx, sink.Config{Brokers: c.brokers(), Opts: kafkaOpts}, c.CheckpointTopic, stream, stream)
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		return base, nil // no topic, no epoch
+	case err != nil:
+		return "", fmt.Errorf("read the stream's history epochs (%w): give --source to publish under a source of your choosing instead", err)
+	}
+	es, err := checkpoint.DecodeEpochs(cp.Epochs)
+	if err != nil {
+		return "", err
+	}
+	if len(es) == 0 {
+		return base, nil
+	}
+	last := es[len(es)-1]
+	source := checkpoint.Source(base, last.N)
+	log.Warn("the stream is in a later history epoch: rows are published under its source, so that none shares source and id with an event of a lost history; "+
+		"rows of an earlier history are repeated under it", "source", source, "epoch", last.String(), "slot", c.Slot, "checkpoint_topic", c.CheckpointTopic)
+	return source, nil
 }
