@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -179,6 +180,7 @@ func failoverPastTheFork(t *testing.T, delivery string, down bool) {
 	if n := metricValue(t, st, "cdc_outbox_history_epoch"); n != 1 {
 		t.Fatalf("cdc_outbox_history_epoch = %v after the restart, want 1", n)
 	}
+	checkLostEvents(t, e, c)
 	if delivery == "at-least-once" && !down {
 		// republish, with the default source, sends every row under the
 		// newest epoch's: none shares source and id with a lost event.
@@ -216,6 +218,8 @@ type histories struct {
 	expected, missing, duplicates, lost, reused, collisions, resourced int
 	// sources counts the server's events by the source they carry.
 	sources map[string]int
+	// lostIDs are the ids of the lost history's events in Kafka.
+	lostIDs map[string]bool
 }
 
 func (h histories) String() string {
@@ -284,6 +288,7 @@ func countHistories(t *testing.T, e *env, readCommitted bool) histories {
 			h.duplicates += n - 1
 		}
 	}
+	h.lostIDs = ids
 	for ev := range want {
 		if ids[ev.id] {
 			h.reused++
@@ -302,6 +307,53 @@ func countHistories(t *testing.T, e *env, readCommitted bool) histories {
 	}
 	return h
 }
+
+// checkLostEvents runs cdc-outbox lost-events and compares the ids it
+// lists with those of the lost history's events the test found in Kafka
+// (told by id and content from the server's events): the same ids.
+func checkLostEvents(t *testing.T, e *env, c histories) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "lost-events", "--postgres-url", e.runURL, "--slot", e.slot, "--kafka-brokers", e.brokers[0],
+		"--topics", e.topic("payment"), "--topic", e.prefix+".{aggregate_type}")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("lost-events: %v\n%s", err, stderr.String())
+	}
+	listed := map[string]bool{}
+	lines := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		var ev struct{ ID, Why string }
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("lost-events printed %q: %v", line, err)
+		}
+		listed[ev.ID] = true
+		lines++
+	}
+	var missed, extra []string
+	for id := range c.lostIDs {
+		if !listed[id] {
+			missed = append(missed, id)
+		}
+	}
+	for id := range listed {
+		if !c.lostIDs[id] {
+			extra = append(extra, id)
+		}
+	}
+	t.Logf("lost-events listed %d records, %d ids; the test found %d lost events with %d ids", lines, len(listed), c.lost, len(c.lostIDs))
+	if len(missed) > 0 || len(extra) > 0 {
+		t.Fatalf("lost-events missed %d lost ids (%v) and listed %d that are not lost (%v)\n%s", len(missed), firstOf(missed), len(extra), firstOf(extra), stderr.String())
+	}
+}
+
+func firstOf(ids []string) []string { return ids[:min(len(ids), 10)] }
 
 // forkOf reads, on the promoted server at url, the LSN where timeline tli
 // ended: its timeline history file.
@@ -531,5 +583,6 @@ func restoredBaseBackup(t *testing.T, slotFirst bool) {
 	if n := metricValue(t, st, "cdc_outbox_history_epoch"); n != 1 {
 		t.Fatalf("cdc_outbox_history_epoch = %v after the restore, want 1", n)
 	}
+	checkLostEvents(t, e, c)
 	st.stop()
 }

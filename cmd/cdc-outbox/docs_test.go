@@ -35,6 +35,7 @@ func flagSections() []flagSection {
 		{command: "run", flags: run},
 		{command: "status", flags: statusFlags(&statusConfig{}), shared: run},
 		{command: "republish", flags: republishFlags(&republishConfig{}), shared: run},
+		{command: "lost-events", flags: lostEventsFlags(&lostEventsConfig{}), shared: run},
 	}
 }
 

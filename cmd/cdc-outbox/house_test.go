@@ -24,6 +24,7 @@ func flagNames() []string {
 	names = append(names, runFlags(&runConfig{}).order...)
 	names = append(names, statusFlags(&statusConfig{}).order...)
 	names = append(names, republishFlags(&republishConfig{}).order...)
+	names = append(names, lostEventsFlags(&lostEventsConfig{}).order...)
 	slices.Sort(names)
 	return slices.Compact(names)
 }

@@ -27,11 +27,13 @@ Events are confirmed to PostgreSQL only after Kafka has acknowledged them:
 a crash loses nothing and repeats at most the events that were in flight.
 
 Usage:
-  cdc-outbox run [flags]        stream events (see cdc-outbox run --help)
-  cdc-outbox status [flags]     show the replication slot's health (see cdc-outbox status --help)
-  cdc-outbox republish [flags]  send outbox rows again from the table, as the stream would
-                                (the repair after a lost slot; see cdc-outbox republish --help)
-  cdc-outbox version            print version, commit and Go version
+  cdc-outbox run [flags]          stream events (see cdc-outbox run --help)
+  cdc-outbox status [flags]       show the replication slot's health (see cdc-outbox status --help)
+  cdc-outbox republish [flags]    send outbox rows again from the table, as the stream would
+                                  (the repair after a lost slot; see cdc-outbox republish --help)
+  cdc-outbox lost-events [flags]  list the events Kafka holds of a history the database lost
+                                  (after a failover past the standby; see cdc-outbox lost-events --help)
+  cdc-outbox version              print version, commit and Go version
 
 Every flag can also be set as an environment variable (--kafka-brokers is
 CDC_OUTBOX_KAFKA_BROKERS) or as a key of a YAML file given with --config or
@@ -57,6 +59,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return statusCommand(args[1:], stdout, stderr)
 	case "republish":
 		return republishCommand(args[1:], stdout, stderr)
+	case "lost-events":
+		return lostEventsCommand(args[1:], stdout, stderr)
 	case "version", "--version":
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "cdc-outbox version: unexpected argument %q: version takes no flags or arguments\n", args[1])
