@@ -338,6 +338,11 @@ func TestDriftDocsCommands(t *testing.T) {
 				if err = republishFlags(&c).parse(args, io.Discard); err == nil {
 					err = c.validate()
 				}
+			case "lost-events":
+				var c lostEventsConfig
+				if err = lostEventsFlags(&c).parse(args, io.Discard); err == nil {
+					err = c.validate()
+				}
 			case "version":
 				if len(args) > 0 {
 					err = fmt.Errorf("version takes no arguments")
