@@ -21,15 +21,17 @@ import (
 // published again under the lost one's source, where a consumer deduping
 // by (source, id) takes them for events it has seen.
 type lineage struct {
-	admin    sink.Config
-	topic    string
-	records  *sink.StreamRecords
-	stream   string       // the stream's identity: the epochs record's key and origin
-	timeline func() int32 // the server's, for an epoch that does not name it
-	lost     interface{ LostHistory() }
-	log      *slog.Logger
-	mu       sync.Mutex
-	epochs   checkpoint.Epochs
+	admin     sink.Config
+	topic     string
+	records   *sink.StreamRecords
+	stream    string       // the stream's identity: the epochs record's key and origin
+	timeline  func() int32 // the server's, for an epoch that does not name it
+	lost      interface{ LostHistory() }
+	log       *slog.Logger
+	mu        sync.Mutex
+	epochs    checkpoint.Epochs
+	published checkpoint.Published // as load read it (at-least-once)
+	known     bool                 // epochs were read (set)
 }
 
 // set sets the epochs read at start with the checkpoint (exactly-once),
@@ -41,7 +43,7 @@ func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.epochs = es
+	l.epochs, l.known = es, true
 	if len(es) > 0 {
 		l.log.Info("history epochs: events of transactions committed in a later history carry their source with the epoch's number",
 			"epochs", len(es), "last", es[len(es)-1].String(), "checkpoint_topic", l.topic, "epochs_key", sink.EpochsKey(l.stream))
@@ -49,37 +51,52 @@ func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 	return es, nil
 }
 
-// read reads the epochs at start in at-least-once delivery, where nothing
-// else reads the checkpoint topic: missing, it holds none. A topic this
-// user may not read is said at WARN and streamed past: at-least-once
-// delivery needed no access to it before, and a stream that never lost a
-// history has no epoch. With them it reads how far the stream had
-// published (the published record, which watch writes): past what the
-// server h has (a failover past the fork while no cdc-outbox ran, a
-// restore), that is a lost history, and an epoch begins.
-func (l *lineage) read(ctx context.Context, h replication.History) (checkpoint.Epochs, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+// load reads, at an at-least-once start before the stream connects, the
+// stream's epochs and how far it had published (the published record,
+// which watch writes). A missing topic holds none. Kafka unreachable or
+// refusing within loadTimeout is a WARN and the stream goes on without
+// them, as before epochs existed: at-least-once delivery streams while
+// Kafka is away (the records wait), and never blocked on it at start.
+func (l *lineage) load(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
 	cp, err := sink.ReadCheckpoint(ctx, l.admin, l.topic, l.stream, l.stream)
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
-		return nil, nil
-	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
-		l.log.Warn("cannot read the checkpoint topic for the stream's history epochs: if a failover lost a history before, this start does not know it, "+
-			"and the new history's events may share source and id with the lost one's; grant this user Read, Write and Create on the topic",
-			"checkpoint_topic", l.topic, "error", err)
-		return nil, nil
+		return nil
 	case err != nil:
-		return nil, fmt.Errorf("read the stream's history epochs: %w", err)
+		l.log.Warn("cannot read the stream's history epochs from the checkpoint topic: if a failover lost a history before, this start does not know it, "+
+			"and the new history's events may share source and id with the lost one's; check that Kafka is reachable and that this user may Read, Write and Create the topic",
+			"checkpoint_topic", l.topic, "error", err)
+		return nil
 	}
-	es, err := l.set(cp.Epochs)
-	if err != nil {
-		return nil, err
+	if _, err := l.set(cp.Epochs); err != nil {
+		return err
 	}
 	pub, err := checkpoint.DecodePublished(cp.Published)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint topic %s, key %s: %w: delete the record (a null value under that key)", l.topic, sink.PublishedKey(l.stream), err)
+		return fmt.Errorf("checkpoint topic %s, key %s: %w: delete the record (a null value under that key)", l.topic, sink.PublishedKey(l.stream), err)
 	}
+	l.mu.Lock()
+	l.published = pub
+	l.mu.Unlock()
+	return nil
+}
+
+// loadTimeout bounds load: well within wal_sender_timeout's default of a
+// minute, which does not matter here, since load runs before the stream
+// connects.
+const loadTimeout = 10 * time.Second
+
+// holding decides, once the stream holds the slot and knows the server's
+// history h, whether what the stream had published (load) lies on WAL the
+// server does not have (a failover past the fork while no cdc-outbox ran,
+// a restore); then that is a lost history, and an epoch begins. It returns
+// the epochs.
+func (l *lineage) holding(h replication.History) (checkpoint.Epochs, error) {
+	l.mu.Lock()
+	pub, es := l.published, l.epochs
+	l.mu.Unlock()
 	lost, from := checkpoint.LostPast(pub, h.Timeline, h.Ends, h.Flushed)
 	if !lost {
 		return es, nil
@@ -147,10 +164,22 @@ func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
 	if e.Timeline == 0 {
 		e.Timeline = l.timeline()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if !l.known {
+		// The start could not read them (Kafka was away): a new epoch
+		// must not take a number an earlier one has.
+		cp, err := sink.ReadCheckpoint(ctx, l.admin, l.topic, l.stream, l.stream)
+		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return nil, fmt.Errorf("read the stream's history epochs before recording a new one: %w; start cdc-outbox again once the broker answers", err)
+		}
+		if l.epochs, err = checkpoint.DecodeEpochs(cp.Epochs); err != nil {
+			return nil, err
+		}
+		l.known = true
+	}
 	es, got, changed := l.epochs.Begin(e)
 	if changed {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
 		if err := l.records.Write(ctx, sink.EpochsKey(l.stream), es.Encode()); err != nil {
 			return nil, fmt.Errorf("record history epoch %d, which the events of the new history need before any is published (%v): %w; "+
 				"nothing of the new history was published or confirmed: start cdc-outbox again once the broker takes writes to %s",

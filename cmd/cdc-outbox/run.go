@@ -301,8 +301,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if eo != nil {
 		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p, st, m) }
 	} else {
+		if err := lin.load(ctx); err != nil {
+			return err
+		}
 		rcfg.Holding = func(ctx context.Context) error {
-			es, err := lin.read(ctx, st.History())
+			es, err := lin.holding(st.History())
 			p.SetEpochs(es)
 			return err
 		}
