@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
@@ -211,6 +212,10 @@ type statusReport struct {
 	KafkaCheckpointLSN string `json:"kafka_checkpoint_lsn"`
 	KafkaCheckpointAt  string `json:"kafka_checkpoint_at"`
 	KafkaAheadBytes    int64  `json:"kafka_ahead_bytes"`
+	// HistoryEpoch is the stream's newest history epoch (0: no history
+	// was lost), Epochs each epoch as its record says it.
+	HistoryEpoch int      `json:"history_epoch"`
+	Epochs       []string `json:"history_epochs"`
 
 	connectedDB string // the database --postgres-url connects to
 	// unmet is why cdc-outbox run cannot stream from this server as this
@@ -331,10 +336,30 @@ func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig,
 				r.KafkaAheadBytes = int64(cp.LSN - confirmed)
 			}
 		}
+		if err == nil {
+			err = r.readEpochs(cp.Epochs)
+		}
 	}
 	if err != nil {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the Kafka checkpoint of exactly-once delivery: %s; check --kafka-brokers, the TLS and SASL flags and --checkpoint-topic", say(err)))
 	}
+}
+
+// readEpochs adds the stream's history epochs, read with the checkpoint,
+// and a warning while a lost history is recorded: its events are in Kafka.
+func (r *statusReport) readEpochs(value []byte) error {
+	es, err := checkpoint.DecodeEpochs(value)
+	if err != nil || len(es) == 0 {
+		return err
+	}
+	last := es[len(es)-1]
+	r.HistoryEpoch = last.N
+	for _, e := range es {
+		r.Epochs = append(r.Epochs, e.String())
+	}
+	r.Warnings = append(r.Warnings, fmt.Sprintf("Kafka holds events of a history the database lost (%s): the stream publishes in epoch %d, its sources ending in /epoch-%d; "+
+		"list the lost events with cdc-outbox lost-events and reconcile them (docs/guarantees.md)", last, last.N, last.N))
+	return nil
 }
 
 // readCheckpoint reads the stream's Kafka checkpoint as run does: under
@@ -756,6 +781,12 @@ func (r *statusReport) writeText(w io.Writer) {
 			add("  kafka checkpoint", "%s, written %s (%s ahead of the slot: sent again at the next start, and skipped)", r.KafkaCheckpointLSN, r.KafkaCheckpointAt, humanBytes(r.KafkaAheadBytes))
 		default:
 			add("  kafka checkpoint", "%s, written %s (the slot has confirmed it)", r.KafkaCheckpointLSN, r.KafkaCheckpointAt)
+		}
+		if r.HistoryEpoch > 0 {
+			add("  history epoch", "%d (the events' sources end in /epoch-%d)", r.HistoryEpoch, r.HistoryEpoch)
+			for _, e := range r.Epochs {
+				add("  lost history", "%s", e)
+			}
 		}
 	}
 	for _, warning := range r.Warnings {
