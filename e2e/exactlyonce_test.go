@@ -226,13 +226,15 @@ const skippingMsg = "skipping transactions that Kafka holds already"
 // slot over (registering the same transactional id, which fences the old
 // one), and the old one is resumed: it stops with the fencing error, having
 // written nothing more, and a read_committed consumer finds every event
-// exactly once.
+// exactly once. The old instance commits every 20 s: its commit after the
+// first event (the prime) is then the last one before it freezes, however
+// slow the machine, and the records it holds are sure to wait.
 func TestExactlyOnceZombieFenced(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := testenv.Context(t)
 	wl := newWorkload(e)
-	old := e.eo("--transaction-interval", "3s", "--max-inflight-events", "100000")
+	old := e.eo("--transaction-interval", "20s", "--max-inflight-events", "100000")
 	e.waitStreaming()
 	wl.prime(ctx)
 	// Events the old instance has received and holds for its next

@@ -237,7 +237,7 @@ func txAdvice(e *sink.TxError) string {
 	case errors.As(e.Err, &refused):
 		return "" // its own advice says it
 	case e.Fenced():
-		return "; another instance registered the same transactional id (--transactional-id, by default from --slot) and took over: " +
+		return "; another instance registered the same transactional id (--transactional-id, by default from the database and --slot) and took over: " +
 			"this instance was fenced and stops without writing. If it should be the one running, stop the other and start this one again"
 	case errors.Is(e.Err, kerr.InvalidTransactionTimeout):
 		return "; the broker's transaction.max.timeout.ms is below the producer's transaction timeout (40s): raise it on the broker"

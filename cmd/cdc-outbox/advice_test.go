@@ -158,10 +158,10 @@ func TestAdvice(t *testing.T) {
 
 		// Exactly-once delivery (sink.Transactional).
 		{"fenced: produce", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "produce", Err: kerr.InvalidProducerEpoch},
-			"; another instance registered the same transactional id (--transactional-id, by default from --slot) and took over: " +
+			"; another instance registered the same transactional id (--transactional-id, by default from the database and --slot) and took over: " +
 				"this instance was fenced and stops without writing. If it should be the one running, stop the other and start this one again"},
 		{"fenced: commit", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "commit", Err: fmt.Errorf("end: %w", kerr.ProducerFenced)},
-			"; another instance registered the same transactional id (--transactional-id, by default from --slot) and took over: " +
+			"; another instance registered the same transactional id (--transactional-id, by default from the database and --slot) and took over: " +
 				"this instance was fenced and stops without writing. If it should be the one running, stop the other and start this one again"},
 		{"transaction timeout", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "register", Err: kerr.InvalidTransactionTimeout},
 			"; the broker's transaction.max.timeout.ms is below the producer's transaction timeout (40s): raise it on the broker"},
