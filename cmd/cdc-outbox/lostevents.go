@@ -95,12 +95,10 @@ func lostEventsCommand(args []string, stdout, stderr io.Writer) int {
 	if code, ok := f.load(args, c.validate, stdout, stderr); !ok {
 		return code
 	}
-	kafkaOpts, err := c.kafkaSecurityOpts()
-	if err != nil {
-		fmt.Fprintf(stderr, "cdc-outbox lost-events: invalid configuration:\n%v\n", err)
+	kafkaOpts, log, ok := kafkaCommand("lost-events", &c.runConfig, stderr)
+	if !ok {
 		return 2
 	}
-	log := newLogger(stderr, c.LogFormat, c.LogLevel)
 	ctx, stop := signalContext(log)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)

@@ -123,12 +123,10 @@ func republishCommand(args []string, stdout, stderr io.Writer) int {
 	if code, ok := f.load(args, c.validate, stdout, stderr); !ok {
 		return code
 	}
-	kafkaOpts, err := c.kafkaSecurityOpts()
-	if err != nil {
-		fmt.Fprintf(stderr, "cdc-outbox republish: invalid configuration:\n%v\n", err)
+	kafkaOpts, log, ok := kafkaCommand("republish", &c.runConfig, stderr)
+	if !ok {
 		return 2
 	}
-	log := newLogger(stderr, c.LogFormat, c.LogLevel)
 	ctx, stop := signalContext(log)
 	defer stop()
 	sum, err := republishRows(ctx, &c, kafkaOpts, log)
@@ -148,6 +146,18 @@ func republishCommand(args []string, stdout, stderr io.Writer) int {
 	log.Error("stopped with an error; everything before the resume point was acknowledged: fix the cause and run again with it",
 		append(attrs, "resume", resume(sum), "error", say(err))...)
 	return 1
+}
+
+// kafkaCommand is the start of a command that talks to Kafka once its
+// flags are loaded: the TLS and SASL options, and the logger; false (exit
+// code 2) when the options cannot be made, which stderr has been told.
+func kafkaCommand(name string, c *runConfig, stderr io.Writer) ([]kgo.Opt, *slog.Logger, bool) {
+	kafkaOpts, err := c.kafkaSecurityOpts()
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc-outbox %s: invalid configuration:\n%v\n", name, err)
+		return nil, nil, false
+	}
+	return kafkaOpts, newLogger(stderr, c.LogFormat, c.LogLevel), true
 }
 
 // noRowsForMessages is what republish cannot do for a message outbox.
