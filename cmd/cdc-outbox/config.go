@@ -175,7 +175,7 @@ func mappingFlags(f *flags, c *runConfig) {
 func deliveryFlags(f *flags, c *runConfig) {
 	f.String(&c.Delivery, "delivery", deliveryAtLeastOnce, "at-least-once (a crash may repeat events in flight; consumers dedupe by event id) or exactly-once "+
 		"(Kafka transactions: each PostgreSQL transaction's records and a checkpoint of its LSN commit together; consumers must read with isolation.level=read_committed)")
-	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "compacted `topic` of the checkpoint records (exactly-once; key: <system identifier>/<database OID>/<slot>) and, in either delivery, of the history epochs a lost history begins (key: .../epochs); created when missing")
+	f.String(&c.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "compacted `topic` of the checkpoint records (exactly-once; key: <system identifier>/<database OID>/<slot>) and, in either delivery, of the history epochs a lost history begins (key: .../epochs) and of how far an at-least-once stream published (key: .../published); created when missing")
 }
 
 // logFlags are every long-running command's.
