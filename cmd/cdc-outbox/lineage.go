@@ -16,7 +16,7 @@ import (
 )
 
 // lineage keeps the stream's history epochs in the checkpoint topic
-// (sink.WriteEpochs), in either delivery: the epochs a lost history began
+// (sink.StreamRecords), in either delivery: the epochs a lost history began
 // must be known at every later start, or the new history's events would be
 // published again under the lost one's source, where a consumer deduping
 // by (source, id) takes them for events it has seen.
@@ -34,8 +34,9 @@ type lineage struct {
 	known     bool                 // epochs were read (set)
 }
 
-// set sets the epochs read at start with the checkpoint (exactly-once),
-// the value of the epochs record, and returns them.
+// set sets the epochs read at start, the value of the epochs record (with
+// the checkpoint in exactly-once delivery, by load in at-least-once), and
+// returns them.
 func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 	es, err := checkpoint.DecodeEpochs(value)
 	if err != nil {

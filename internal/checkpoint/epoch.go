@@ -104,7 +104,7 @@ type epochValue struct {
 	At           string `json:"found_at"`
 }
 
-// Encode is the value of the epochs record (sink.WriteEpochs): JSON, an
+// Encode is the value of the epochs record (sink.EpochsKey): JSON, an
 // operator reads it with any Kafka tool.
 func (es Epochs) Encode() []byte {
 	v := struct {
