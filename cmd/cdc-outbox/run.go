@@ -538,7 +538,7 @@ func (eo *exactlyOnce) holding(ctx context.Context, p *pipeline.Pipeline, st *re
 		return nil
 	}
 	eo.txp.SetCheckpoint(cp.LSN)
-	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime, Epoch: cp.Commit.Epoch}
+	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime, Epoch: cp.Commit.Epoch, Named: cp.Commit.Named}
 	h := st.History()
 	trust := checkpoint.Decide(mark, h.Timeline, h.Ends, h.Flushed)
 	attrs := []any{"transactional_id", id, "checkpoint_topic", c.CheckpointTopic, "checkpoint_key", eo.stream, "checkpoint_lsn", cp.LSN,

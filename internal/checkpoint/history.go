@@ -21,18 +21,30 @@ type Mark struct {
 	Xid        uint32    // of the transaction that ended at End
 	CommitTime time.Time // its commit time; zero when not recorded
 	Epoch      int       // the history epoch its events were published in (Epoch)
+	// Named is where the named transaction ends when before End (0: at
+	// End): the checkpoint lies past the last commit, at a lone message's
+	// dead-letter record, and nothing commits between the two.
+	Named pglogrepl.LSN
+}
+
+// commitEnd is where the transaction the mark names ends.
+func (m Mark) commitEnd() pglogrepl.LSN {
+	if m.Named != 0 && m.Named < m.End {
+		return m.Named
+	}
+	return m.End
 }
 
 // Known reports whether the mark names a commit the stream can check.
 func (m Mark) Known() bool { return m.Timeline != 0 && !m.CommitTime.IsZero() }
 
 // Is reports whether the transaction that ended at end with xid and
-// commitTime is the one the mark names. Two transactions with the same xid
-// and the same commit time, to the microsecond, ending at the same LSN on
-// two histories do not happen: xids repeat after a fork, but the clock has
-// moved on.
+// commitTime is the one the mark names (ending at Named when set). Two
+// transactions with the same xid and the same commit time, to the
+// microsecond, ending at the same LSN on two histories do not happen: xids
+// repeat after a fork, but the clock has moved on.
 func (m Mark) Is(end pglogrepl.LSN, xid uint32, commitTime time.Time) bool {
-	return m.Known() && end == m.End && xid == m.Xid && commitTime.Equal(m.CommitTime)
+	return m.Known() && end == m.commitEnd() && xid == m.Xid && commitTime.Equal(m.CommitTime)
 }
 
 // Trust is what a checkpoint lets the stream skip on the server it streams

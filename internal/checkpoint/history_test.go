@@ -103,3 +103,16 @@ func TestHoldStopsKeepalivesOnly(t *testing.T) {
 		t.Fatalf("after Hold(false): confirmed %s, newest %s", tr.Confirmed(), tr.Newest())
 	}
 }
+
+// TestMarkIsNamed: a checkpoint past the last commit (at a lone message's
+// dead-letter record) names that commit where it ends, before the
+// checkpoint's position: that is the commit it is verified by.
+func TestMarkIsNamed(t *testing.T) {
+	m := checkpoint.Mark{End: 0x580, Named: 0x500, Timeline: 1, Xid: 740, CommitTime: committed}
+	if !m.Is(0x500, 740, committed) {
+		t.Error("the named commit, ending before the checkpoint, is not the mark's")
+	}
+	if m.Is(0x580, 740, committed) {
+		t.Error("a commit at the checkpoint's position is taken for the named one")
+	}
+}

@@ -584,9 +584,9 @@ func (p *Pipeline) loneMessage(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	_ = p.bad(ev, be) // under dead-letter: the record is sent, nil returned
 	p.lone = false
 	if p.txp != nil {
-		// No commit of the server's ends here: a checkpoint at this
-		// position names none, so a later start cannot verify it and skips
-		// nothing (a repeat, never a loss).
+		// No commit of the server's ends here: the checkpoint at this
+		// position names the last commit before it (sink.Commit.Named),
+		// which a later start verifies before it skips through here.
 		p.txp.Boundary(at, 0, time.Time{})
 		p.through = max(p.through, at)
 		p.open.Store(0)

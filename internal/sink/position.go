@@ -39,6 +39,11 @@ type checkpointValue struct {
 	Xid        uint32 `json:"xid,omitempty"`
 	CommitTime int64  `json:"commit_time_us,omitempty"`
 	Epoch      int    `json:"epoch,omitempty"`
+	// CommitLSN, when before LSN, is where the transaction Xid and
+	// CommitTime name ends: the checkpoint lies past the last commit, at a
+	// lone message's dead-letter record (written in the Kafka transaction),
+	// and a later start verifies that commit, then skips through LSN.
+	CommitLSN string `json:"commit_lsn,omitempty"`
 }
 
 // Commit is the PostgreSQL transaction a checkpoint is written after.
@@ -48,6 +53,9 @@ type Commit struct {
 	Xid        uint32
 	CommitTime time.Time
 	Epoch      int // the history epoch its events were published in
+	// Named is the end of the transaction Xid and CommitTime name when it
+	// is before End (0: it ends at End).
+	Named pglogrepl.LSN
 }
 
 // CheckpointRecord is the checkpoint record of key (the slot) at lsn of the
@@ -62,6 +70,9 @@ func CheckpointRecordAt(topic, key, origin string, at Commit) *kgo.Record {
 	v := checkpointValue{LSN: at.End.String(), Origin: origin, Timeline: at.Timeline, Xid: at.Xid, Epoch: at.Epoch}
 	if !at.CommitTime.IsZero() {
 		v.CommitTime = at.CommitTime.UnixMicro()
+	}
+	if at.Named != 0 && at.Named < at.End {
+		v.CommitLSN = at.Named.String()
 	}
 	b, _ := json.Marshal(v) // strings and numbers always encode
 	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b}
@@ -87,6 +98,11 @@ func parseCheckpoint(value []byte) (at Commit, origin string, err error) {
 	at = Commit{End: lsn, Timeline: v.Timeline, Xid: v.Xid, Epoch: v.Epoch}
 	if v.CommitTime != 0 {
 		at.CommitTime = time.UnixMicro(v.CommitTime).UTC()
+	}
+	if v.CommitLSN != "" {
+		if at.Named, err = pglogrepl.ParseLSN(v.CommitLSN); err != nil {
+			return Commit{}, "", fmt.Errorf("checkpoint record %q: %w", value, err)
+		}
 	}
 	return at, v.Origin, nil
 }

@@ -16,6 +16,10 @@ func TestCheckpointValue(t *testing.T) {
 	if err != nil || got != at || origin != "1/2/3" {
 		t.Fatalf("round trip of %s: %+v %q %v, want %+v", r.Value, got, origin, err, at)
 	}
+	past := Commit{End: 0x16B3800, Named: 0x16B3748, Timeline: 2, Xid: 7401, CommitTime: at.CommitTime}
+	if got, _, err := parseCheckpoint(CheckpointRecordAt("cp", "slot", "1/2/3", past).Value); err != nil || got != past {
+		t.Fatalf("round trip of a checkpoint past its commit: %+v %v, want %+v", got, err, past)
+	}
 	old := []byte(`{"lsn":"0/16B3748","origin":"1/2/3"}`)
 	got, origin, err = parseCheckpoint(old)
 	if err != nil || got != (Commit{End: 0x16B3748}) || origin != "1/2/3" {

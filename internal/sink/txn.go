@@ -140,7 +140,30 @@ func (t *Transactional) Produce(r *kgo.Record, promise func(*kgo.Record, error))
 // transaction that ended at end: the checkpoint names it, so that a later
 // start can tell whether that LSN is the same commit on the server it then
 // streams from.
+//
+// A boundary with no commit (xid 0, zero commitTime: a lone message's
+// dead-letter record, at a position no transaction ends) moves the
+// checkpoint to end but keeps naming the last commit (Commit.Named), which
+// a later start verifies before it skips through end. Without a commit in
+// this process to name, the checkpoint names none: a later start cannot
+// verify it and skips nothing (a repeat, never a loss).
 func (t *Transactional) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time) {
+	if xid == 0 && commitTime.IsZero() {
+		t.mu.Lock()
+		t.boundary = len(t.queue)
+		if end > t.through.End {
+			if t.through.Xid != 0 && t.through.Named == 0 {
+				t.through.Named = t.through.End
+			}
+			t.through.End = end
+		}
+		full := t.boundary >= t.cfg.CommitRecords
+		t.mu.Unlock()
+		if full {
+			t.CommitNow()
+		}
+		return
+	}
 	var tl int32
 	if t.cfg.Timeline != nil {
 		tl = t.cfg.Timeline()

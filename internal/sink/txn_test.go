@@ -306,3 +306,54 @@ func TestReadCheckpointWaitsForASlowBroker(t *testing.T) {
 		t.Fatalf("read with a deadline before the first fetch's answer: %+v, %v; want a *sink.ShortReadError of partition 0", cp, err)
 	}
 }
+
+// TestTransactionalBoundaryWithoutCommit, on the real broker: a boundary
+// no commit ends at (a lone message's dead-letter record) moves the
+// checkpoint there, and the checkpoint goes on naming the last commit and
+// where it ends, which a later start verifies before it skips.
+func TestTransactionalBoundaryWithoutCommit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := testenv.Topic(t, "txn", 1)
+	checkpoints := testenv.Name("checkpoints")
+	cfg := sink.Config{Brokers: testenv.KafkaBrokers(t)}
+	if err := sink.EnsureCheckpointTopic(ctx, cfg, checkpoints); err != nil {
+		t.Fatal(err)
+	}
+	tp := newTransactional(t, testenv.Name("txid"), checkpoints)
+	if err := tp.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acked := make(chan string, 10)
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			t.Errorf("record %s: %v", r.Key, err)
+		}
+		acked <- string(r.Key)
+	}
+	committedAt := time.Date(2026, 1, 2, 15, 4, 5, 123456000, time.UTC)
+	tp.Produce(&kgo.Record{Topic: topic, Key: []byte("row"), Value: []byte("{}")}, promise)
+	tp.Boundary(0x400, 740, committedAt)
+	tp.Produce(&kgo.Record{Topic: topic, Key: []byte("dead letter"), Value: []byte("{}")}, promise)
+	tp.Boundary(0x480, 0, time.Time{})
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- tp.Run(runCtx) }()
+	for range 2 {
+		select {
+		case <-acked:
+		case <-ctx.Done():
+			t.Fatal("the transaction did not commit")
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cp, err := sink.ReadCheckpoint(ctx, cfg, checkpoints, "slot_a", "1/2/3")
+	if err != nil || !cp.Found || cp.LSN != 0x480 || cp.Commit.Named != 0x400 || cp.Commit.Xid != 740 || !cp.Commit.CommitTime.Equal(committedAt) {
+		t.Fatalf("checkpoint %+v, %v; want 0/480, naming the commit of xid 740 ending at 0/400", cp, err)
+	}
+}
