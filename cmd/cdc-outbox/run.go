@@ -319,6 +319,12 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	}
 	for i, s := range specs {
 		if s.Pattern.IsGlob() {
+			for _, o := range found {
+				if o.Entry == i {
+					mcfg.Matched = append(mcfg.Matched, replication.OutboxTable{Entry: len(mcfg.Patterns),
+						Table: replication.Table{Relation: replication.Relation{OID: o.OID, Name: pgname.Name{Schema: o.Schema, Relation: o.Name}}}})
+				}
+			}
 			mcfg.Patterns = append(mcfg.Patterns, s.Pattern)
 			continue
 		}

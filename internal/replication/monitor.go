@@ -43,6 +43,10 @@ type MonitorConfig struct {
 	// Patterns are the outboxes configured by a pattern: the publication
 	// must publish every table that matches one now.
 	Patterns []pgname.Pattern
+	// Matched are the tables matching Patterns found at start (Entry:
+	// the index in Patterns): one dropped before the first read is still
+	// reported dropped.
+	Matched  []OutboxTable
 	Interval time.Duration // between two reads
 }
 
@@ -79,6 +83,12 @@ type Monitor struct {
 func NewMonitor(cfg MonitorConfig, obs SlotObserver, log *slog.Logger) *Monitor {
 	m := &Monitor{cfg: cfg, obs: obs, log: log.With("component", "slot-monitor")}
 	m.published.Store(true)
+	if len(cfg.Matched) > 0 {
+		m.matched = map[uint32]OutboxTable{}
+		for _, t := range cfg.Matched {
+			m.matched[t.OID] = t
+		}
+	}
 	return m
 }
 
