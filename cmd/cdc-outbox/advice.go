@@ -46,6 +46,8 @@ func advise(err error) []string {
 		return nonEmpty(replicationAdvice(e))
 	case *replication.ForkError:
 		return []string{forkAdvice}
+	case *replication.RestoreError:
+		return []string{restoreAdvice}
 	case *pipeline.BadEventError:
 		return append(advise(e.Err), badEventAdvice(e))
 	case *pipeline.TooLargeError:
@@ -89,6 +91,13 @@ const forkAdvice = ". Start cdc-outbox again: it resumes at the slot's position 
 	"The events Kafka got for the WAL past the fork stay there: their transactions are not on the new primary, which may give their event ids to new events, " +
 	"so the new primary's events after the fork carry their source with /epoch-N (the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; " +
 	"reconcile the lost events by the LSNs above (docs/guarantees.md, Failover), and set synchronized_standby_slots on the primary so that it cannot happen again"
+
+const restoreAdvice = ". Start cdc-outbox again: it resumes at the slot's position on the restored server and sends again what the server holds after it; " +
+	"with --delivery exactly-once it skips nothing it cannot prove Kafka holds. The events Kafka got for the WAL past the restored server's end stay there: " +
+	"their transactions are not on the server, which may give their event ids to new events, so every event streamed from now on carries its source with /epoch-N " +
+	"(the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; list the lost events with cdc-outbox lost-events. " +
+	"If the restored server has no slot of this name (a base backup does not hold slots), the start creates one that streams only what commits from then on: " +
+	"re-publish what was committed since the restore with cdc-outbox republish --since <time of the restore> (docs/guarantees.md, Restores)"
 
 // sentinelAdvice is what to do about conditions the internal packages
 // return as a sentinel wrapped with the facts.

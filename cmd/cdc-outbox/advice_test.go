@@ -94,6 +94,13 @@ func TestAdvice(t *testing.T) {
 				"The events Kafka got for the WAL past the fork stay there: their transactions are not on the new primary, which may give their event ids to new events, " +
 				"so the new primary's events after the fork carry their source with /epoch-N (the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; " +
 				"reconcile the lost events by the LSNs above (docs/guarantees.md, Failover), and set synchronized_standby_slots on the primary so that it cannot happen again"},
+		{"restored under the stream", &replication.RestoreError{Server: "a:5432", Timeline: 1, Flushed: 0x3000150, Confirmed: 0x3011350, Newest: 0x3011350},
+			". Start cdc-outbox again: it resumes at the slot's position on the restored server and sends again what the server holds after it; " +
+				"with --delivery exactly-once it skips nothing it cannot prove Kafka holds. The events Kafka got for the WAL past the restored server's end stay there: " +
+				"their transactions are not on the server, which may give their event ids to new events, so every event streamed from now on carries its source with /epoch-N " +
+				"(the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; list the lost events with cdc-outbox lost-events. " +
+				"If the restored server has no slot of this name (a base backup does not hold slots), the start creates one that streams only what commits from then on: " +
+				"re-publish what was committed since the restore with cdc-outbox republish --since <time of the restore> (docs/guarantees.md, Restores)"},
 		{"publication gone", &replication.Error{Err: replication.ErrPublicationGone, Publication: "cdc_outbox", Slot: "s", Confirmed: 0x152E2B0},
 			`. To recover: re-create it (CREATE PUBLICATION "cdc_outbox" FOR TABLE <outbox table> WITH (publish = 'insert')), ` +
 				"drop the slot (SELECT pg_drop_replication_slot('s')), start cdc-outbox with --recreate-slot, " +

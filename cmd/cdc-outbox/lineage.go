@@ -195,12 +195,28 @@ func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
 	return es, nil
 }
 
-// forked records the lost history of a failover past the fork, which the
-// stream found and stopped on (*replication.ForkError), before the process
-// exits: the restart then publishes the new primary's events in the new
-// epoch. epoch is the one the stream published the lost events in.
-func (l *lineage) forked(fe *replication.ForkError, epoch int) error {
-	_, err := l.Begin(checkpoint.Epoch{Timeline: fe.ToTimeline, From: fe.Fork, LostEpoch: epoch, LostTimeline: fe.FromTimeline,
-		LostFrom: fe.Fork, LostTo: fe.Newest, At: time.Now()})
-	return err
+// stopped records the lost history the stream found and stopped on
+// before the process exits, so that the restart publishes the server's
+// events in the new epoch; epoch is the one the stream published the lost
+// events in. A failover past the fork (*replication.ForkError) lost the
+// old timeline's WAL from the fork on; a server put back from a backup or
+// a snapshot (*replication.RestoreError) lost it from a place not known,
+// so the epoch begins at 0, as a start that finds it does (Decide,
+// LostPast): the same epoch whichever finds it first.
+func (l *lineage) stopped(err error, epoch int) error {
+	var (
+		fe *replication.ForkError
+		re *replication.RestoreError
+	)
+	switch {
+	case errors.As(err, &fe):
+		_, err := l.Begin(checkpoint.Epoch{Timeline: fe.ToTimeline, From: fe.Fork, LostEpoch: epoch, LostTimeline: fe.FromTimeline,
+			LostFrom: fe.Fork, LostTo: fe.Newest, At: time.Now()})
+		return err
+	case errors.As(err, &re):
+		_, err := l.Begin(checkpoint.Epoch{Timeline: re.Timeline, LostEpoch: epoch, LostTimeline: re.Timeline,
+			LostTo: re.Newest, At: time.Now()})
+		return err
+	}
+	return nil
 }

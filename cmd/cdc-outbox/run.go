@@ -342,7 +342,7 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	loop(g, "Kafka health check", health.Run)
 	if eo == nil {
 		loop(g, "published position", func(ctx context.Context) {
-			lin.watch(ctx, st, func() checkpoint.Published { return checkpoint.Published{End: tracker.Newest(), Epoch: p.Epoch()} })
+			lin.watch(ctx, st, func() checkpoint.Published { return checkpoint.Published{End: p.HandedOn(), Epoch: p.Epoch()} })
 		})
 	}
 	loop(g, "slot monitor", monitor.Run)
@@ -364,12 +364,11 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	}
 	log.Info("starting", append(attrs, "brokers", c.KafkaBrokers, "kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism())...)
 	err = st.Run(ctx)
-	if fe := (*replication.ForkError)(nil); errors.As(err, &fe) {
-		// Recorded before the exit, so that the restart publishes the new
-		// primary's events in the new epoch.
-		if lerr := lin.forked(fe, p.Epoch()); lerr != nil {
-			return errors.Join(err, lerr)
-		}
+	// A lost history the running stream found is recorded before the
+	// exit, so that the restart publishes the server's events in the new
+	// epoch.
+	if lerr := lin.stopped(err, p.Epoch()); lerr != nil {
+		return errors.Join(err, lerr)
 	}
 	return err
 }

@@ -27,8 +27,9 @@ type Mark struct {
 	Named pglogrepl.LSN
 }
 
-// commitEnd is where the transaction the mark names ends.
-func (m Mark) commitEnd() pglogrepl.LSN {
+// CommitEnd is where the transaction the mark names ends: End, or Named
+// when the checkpoint lies at a lone message after it.
+func (m Mark) CommitEnd() pglogrepl.LSN {
 	if m.Named != 0 && m.Named < m.End {
 		return m.Named
 	}
@@ -44,7 +45,7 @@ func (m Mark) Known() bool { return m.Timeline != 0 && !m.CommitTime.IsZero() }
 // microsecond, ending at the same LSN on two histories do not happen: xids
 // repeat after a fork, but the clock has moved on.
 func (m Mark) Is(end pglogrepl.LSN, xid uint32, commitTime time.Time) bool {
-	return m.Known() && end == m.commitEnd() && xid == m.Xid && commitTime.Equal(m.CommitTime)
+	return m.Known() && end == m.CommitEnd() && xid == m.Xid && commitTime.Equal(m.CommitTime)
 }
 
 // Trust is what a checkpoint lets the stream skip on the server it streams

@@ -179,6 +179,13 @@ type Pipeline struct {
 	verify    *checkpoint.Mark
 	tentative uint64
 	unproven  bool // the open transaction is skipped tentatively
+	// namedPassed: verify is a lone message's checkpoint whose named
+	// commit the slot had confirmed, which the server does not send again.
+	namedPassed bool
+	// produced is the newest LSN of a record produced in at-least-once
+	// delivery, whatever became of its transaction: how far into the WAL
+	// Kafka may hold events (Newest). Written by the replication goroutine.
+	produced atomic.Uint64
 
 	// resend remembers, in at-least-once delivery, which changes of each
 	// transaction not yet confirmed the broker acknowledged, so that of one
@@ -571,6 +578,11 @@ func (p *Pipeline) loneMessage(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	if p.txp != nil && at <= p.through {
 		return nil // Kafka holds its dead-letter record
 	}
+	if p.verify != nil {
+		if skip, err := p.verifyLone(at); skip || err != nil {
+			return err
+		}
+	}
 	be := &BadEventError{EventID: mapping.MessageEventID(ev.Content), LSN: at, Err: &NonTransactionalError{Prefix: p.cfg.MessagePrefix}}
 	if p.cfg.OnBadEvent == Fail {
 		return p.bad(ev, be)
@@ -653,8 +665,13 @@ func (p *Pipeline) send(pd *pending) {
 	if pd.size == 0 {
 		pd.size = RecordSize(&pd.rec)
 	}
-	if p.txp == nil && !p.lone {
-		p.resendSent(pd)
+	if p.txp == nil {
+		if !p.lone {
+			p.resendSent(pd)
+		}
+		if uint64(pd.lsn) > p.produced.Load() {
+			p.produced.Store(uint64(pd.lsn))
+		}
 	}
 	// Set last: the mapping fills the record whole.
 	pd.rec.Context = pd

@@ -23,25 +23,44 @@ import (
 // position needs no proof: the server sends nothing it could skip.
 //
 // Call it from the replication goroutine, before the first message.
+//
+// A checkpoint at a lone message's dead-letter record (m.Named) whose
+// named commit is at or before that position (the process stopped after
+// the record's Kafka commit and before the slot was told) cannot be met
+// again: the server sends only the message. It is verified by the message
+// itself, met at the checkpoint's position with no commit before it
+// (verifyLone).
 func (p *Pipeline) Verify(m checkpoint.Mark) {
 	if p.txp == nil || m.End <= p.ckpt.Confirmed() {
 		return
 	}
 	p.verify = &m
+	p.namedPassed = m.CommitEnd() < m.End && m.CommitEnd() <= p.ckpt.Confirmed()
 	p.ckpt.Hold(true)
 }
 
-// Newest is the end LSN of the newest transaction the stream took the
-// commit of, or that the Kafka checkpoint holds (exactly-once): how far
-// what was handed to Kafka, or may be confirmed, reaches into the WAL. A
-// failover to a standby whose timeline forked before it finds a history
-// lost. Call it from the replication goroutine.
+// Newest is how far what was handed to Kafka, or may be confirmed,
+// reaches into the WAL: the end LSN of the newest transaction the stream
+// took the commit of, or that the Kafka checkpoint holds (exactly-once),
+// or, in at-least-once delivery, the newest change produced of a
+// transaction whose commit has not come yet (a large one cut off mid-way:
+// its records are in Kafka all the same). A failover to a standby whose
+// timeline forked before it, or a server whose WAL ends before it, finds a
+// history lost. Call it from the replication goroutine.
 func (p *Pipeline) Newest() pglogrepl.LSN {
-	n := max(p.ckpt.Newest(), p.through)
+	n := max(p.HandedOn(), p.through)
 	if p.verify != nil {
 		n = max(n, p.verify.End)
 	}
 	return n
+}
+
+// HandedOn is the newest position handed on: the end of the newest
+// transaction committed to the tracker, or the newest change produced in
+// at-least-once delivery, whichever is later. The published record says
+// it (at-least-once). Safe from any goroutine.
+func (p *Pipeline) HandedOn() pglogrepl.LSN {
+	return max(p.ckpt.Newest(), pglogrepl.LSN(p.produced.Load()))
 }
 
 // verifyBegin decides on a transaction whose commit record starts at final
@@ -49,11 +68,42 @@ func (p *Pipeline) Newest() pglogrepl.LSN {
 // before the checkpoint's commit, which it may be; otherwise the stream
 // has passed the checkpoint without meeting its commit.
 func (p *Pipeline) verifyBegin(final pglogrepl.LSN) error {
-	if final < p.verify.End {
+	// Nothing commits between a lone message's checkpoint's named commit
+	// and the message: a transaction there refutes it.
+	if final < p.verify.CommitEnd() && !p.namedPassed {
 		p.skipping, p.unproven = true, true
 		return nil
 	}
 	return p.refute(final, 0, time.Time{}, p.tentative)
+}
+
+// verifyLone decides on a non-transactional message at at while the
+// checkpoint is not verified. Before the checkpoint's position, Kafka holds
+// its dead-letter record if the checkpoint is on this history: it is
+// skipped tentatively like a transaction (skip reports true), and met again
+// if the checkpoint is refuted. It must never end a Kafka transaction or
+// move the confirmed position of its own now, which would confirm past the
+// transactions skipped tentatively before it. At the position of a
+// checkpoint written at this message, with the named commit passed before
+// the stream started, it verifies the checkpoint. Past it, or at it
+// otherwise, the stream passed the checkpoint without meeting its commit:
+// refuted, and the message is then set aside as usual (skip false), unless
+// transactions skipped tentatively must be read again first.
+func (p *Pipeline) verifyLone(at pglogrepl.LSN) (skip bool, err error) {
+	m := p.verify
+	switch {
+	case at == m.End && p.namedPassed && p.tentative == 0:
+		p.verify, p.namedPassed = nil, false
+		p.through = max(p.through, m.End)
+		p.ckpt.Hold(false)
+		p.log.Info("skipping a non-transactional message whose dead-letter record Kafka holds already (exactly-once): the Kafka checkpoint was written at it, "+
+			"after the commit it names, which this server's slot had confirmed", "checkpoint_lsn", m.End, "named_commit_lsn", m.Named, "xid", m.Xid)
+		return true, nil
+	case at < m.CommitEnd() && !p.namedPassed:
+		p.tentative++
+		return true, nil
+	}
+	return false, p.refute(at, 0, time.Time{}, p.tentative)
 }
 
 // verifyCommit ends a tentatively skipped transaction that ended at end.
@@ -74,7 +124,7 @@ func (p *Pipeline) verifyCommit(end pglogrepl.LSN) (tentative bool, err error) {
 			"checkpoint_lsn", m.End, "xid", m.Xid, "commit_time", m.CommitTime, "skipped", p.tentative+1)
 		p.tentative = 0
 		return false, nil
-	case end < m.End:
+	case end < m.CommitEnd() && !p.namedPassed:
 		p.tentative++
 		p.skipping, p.unproven = false, false
 		p.ckpt.Discard(p.tx)
@@ -90,7 +140,7 @@ func (p *Pipeline) verifyCommit(end pglogrepl.LSN) (tentative bool, err error) {
 // which are read again.
 func (p *Pipeline) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time, skipped uint64) error {
 	m := *p.verify
-	p.verify, p.unproven, p.skipping, p.tentative = nil, false, false, 0
+	p.verify, p.unproven, p.skipping, p.tentative, p.namedPassed = nil, false, false, 0, false
 	p.ckpt.Hold(false)
 	p.obs.LostHistory()
 	found := "no commit there"

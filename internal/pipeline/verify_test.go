@@ -174,8 +174,13 @@ func TestLostDuringVerification(t *testing.T) {
 // position.
 func TestNewestReachesWhatWasHandedOn(t *testing.T) {
 	p, ck, _ := newTestPipeline(t, Fail, 100)
-	if err := feed(t, p, relationMsg(), beginMsg(492), row("1", "payment"), commitMsg(500)); err != nil {
+	if err := feed(t, p, relationMsg()); err != nil {
 		t.Fatal(err)
+	}
+	for i, msg := range [][]byte{beginMsg(492), row("1", "payment"), commitMsg(500)} {
+		if err := walAt(t, p, uint64(400+40*i), msg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if ck.Confirmed() >= 500 || p.Newest() != 500 {
 		t.Fatalf("confirmed %s, Newest %s with a transaction waiting for its ack; want Newest 0/1F4", ck.Confirmed(), p.Newest())

@@ -93,7 +93,26 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	s.mu.Lock()
 	s.history = History{Timeline: now.timeline, Ends: ends, Flushed: sys.XLogPos}
 	s.mu.Unlock()
-	if was.systemID == "" || now.timeline == was.timeline {
+	if was.systemID == "" {
+		s.server = now
+		return nil
+	}
+	if now.timeline == was.timeline {
+		// The same system and timeline is not the same WAL: a server put
+		// back from a volume snapshot or a base backup without recovery
+		// (crash recovery of itself) keeps both and goes on writing where
+		// its WAL ends, with other transactions at the positions the
+		// stream read before. Resumed at the confirmed position, the
+		// stream would skip every one of them below it and write that
+		// position into the slot. Any of what the stream handed on past
+		// the server's flushed WAL (which survives a crash) says so.
+		confirmed := s.pos.Confirmed()
+		if newest := max(confirmed, s.lastSent, s.h.Newest()); newest > sys.XLogPos {
+			s.log.Warn("lost history: the server's WAL ends before what cdc-outbox read from it on this timeline: it was restored from a backup or a snapshot; "+
+				"the events of that range in Kafka are not on it, and it commits other transactions at those positions",
+				"server", now.addr, "timeline", now.timeline, "server_flushed_lsn", sys.XLogPos, "confirmed_lsn", confirmed, "newest_lsn", newest)
+			return fatal{&RestoreError{Server: now.addr, Timeline: now.timeline, Flushed: sys.XLogPos, Confirmed: confirmed, Newest: newest}}
+		}
 		s.server = now
 		return nil
 	}
@@ -163,6 +182,35 @@ func (e *ForkError) Error() string {
 }
 
 func (e *ForkError) Unwrap() error { return ErrBeyondFork }
+
+// ErrRestored means the server streamed from, on the same system and
+// timeline, has WAL only up to a position before what the stream read from
+// it: it was put back from a backup or a snapshot. A *RestoreError has the
+// facts.
+var ErrRestored = errors.New("the server's WAL ends before what the stream read from it")
+
+// RestoreError: on a new connection the server (same system identifier,
+// same timeline) had WAL flushed only up to Flushed, and the stream had
+// handed on transactions up to Newest (confirmed up to Confirmed) on it:
+// the WAL from Flushed to Newest is of a history the server does not have.
+// Nothing is confirmed on it; the stream stops, and a start begins at the
+// slot's own position. Errors.Is ErrRestored.
+type RestoreError struct {
+	Server    string
+	Timeline  int32
+	Flushed   pglogrepl.LSN // the server's WAL flush position at the connection
+	Confirmed pglogrepl.LSN // confirmed before the connection was lost
+	Newest    pglogrepl.LSN // the newest position handed on (to Kafka, or confirmed)
+}
+
+func (e *RestoreError) Error() string {
+	return fmt.Sprintf("%v: %s (timeline %d) has WAL up to %s, and cdc-outbox had read it up to %s (confirmed %s) before the connection was lost: "+
+		"the server was restored from a backup or a snapshot, and the events Kafka got for the WAL from %s to %s are of a history it does not have. "+
+		"Resuming at the confirmed position would skip what the server commits below it; nothing is confirmed on it",
+		ErrRestored, e.Server, e.Timeline, e.Flushed, e.Newest, e.Confirmed, e.Flushed, e.Newest)
+}
+
+func (e *RestoreError) Unwrap() error { return ErrRestored }
 
 // historyEnds reads a timeline history file (lines of "parentTLI
 // switchpoint reason", tab-separated): the LSN at which each timeline of
