@@ -52,24 +52,27 @@ func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 	return es, nil
 }
 
-// load reads, at an at-least-once start before the stream connects, the
-// stream's epochs and how far it had published (the published record,
-// which watch writes). A missing topic holds none. Kafka unreachable or
-// refusing within loadTimeout is a WARN and the stream goes on without
-// them, as before epochs existed: at-least-once delivery streams while
-// Kafka is away (the records wait), and never blocked on it at start.
+// load reads, in at-least-once delivery, each time the stream takes the
+// slot and before it reads anything, the stream's epochs and how far it
+// had published (the published record, which watch writes): whoever held
+// the slot before, another instance or this one before a lost connection,
+// may have recorded a lost history since this process last read them. A
+// missing topic holds none. Kafka unreachable or refusing within
+// loadTimeout gives the connection up (a *lineageUnknown, which the stream
+// tries again): nothing is published before the epochs are known, or the
+// events of a new history might go out under a lost one's source.
 func (l *lineage) load(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
 	cp, err := sink.ReadCheckpoint(ctx, l.admin, l.topic, l.stream, l.stream)
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		l.mu.Lock()
+		l.epochs, l.published, l.known = nil, checkpoint.Published{}, true
+		l.mu.Unlock()
 		return nil
 	case err != nil:
-		l.log.Warn("cannot read the stream's history epochs from the checkpoint topic: if a failover lost a history before, this start does not know it, "+
-			"and the new history's events may share source and id with the lost one's; check that Kafka is reachable and that this user may Read, Write and Create the topic",
-			"checkpoint_topic", l.topic, "error", err)
-		return nil
+		return &lineageUnknown{topic: l.topic, err: err}
 	}
 	if _, err := l.set(cp.Epochs); err != nil {
 		return err
@@ -84,9 +87,26 @@ func (l *lineage) load(ctx context.Context) error {
 	return nil
 }
 
+// lineageUnknown: the stream's epochs could not be read when it took the
+// slot. The stream gives the connection up and tries again.
+type lineageUnknown struct {
+	topic string
+	err   error
+}
+
+func (e *lineageUnknown) Error() string {
+	return fmt.Sprintf("cannot read the stream's history epochs from checkpoint topic %s before streaming (nothing is published until they are known, "+
+		"so that no new event goes out under the source of a lost history): %v; check that Kafka is reachable and that this user may Read, Write and Create the topic; "+
+		"trying again", e.topic, e.err)
+}
+
+func (e *lineageUnknown) Unwrap() error { return e.err }
+
+// Retry has the stream give the connection up and try again.
+func (e *lineageUnknown) Retry() bool { return true }
+
 // loadTimeout bounds load: well within wal_sender_timeout's default of a
-// minute, which does not matter here, since load runs before the stream
-// connects.
+// minute, as load runs while the stream holds the slot and sends nothing.
 const loadTimeout = 10 * time.Second
 
 // holding decides, once the stream holds the slot and knows the server's

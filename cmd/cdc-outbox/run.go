@@ -299,12 +299,24 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		ShutdownTimeout:   c.ShutdownTimeout,
 	}
 	if eo != nil {
-		rcfg.Holding = func(ctx context.Context) error { return eo.holding(ctx, p, st, m) }
-	} else {
-		if err := lin.load(ctx); err != nil {
-			return err
-		}
+		// Once per process: the transactional id is registered once, and
+		// an instance that took the slot since fenced this one, which then
+		// stops at its next commit.
+		held := false
 		rcfg.Holding = func(ctx context.Context) error {
+			if held {
+				return nil
+			}
+			held = true
+			return eo.holding(ctx, p, st, m)
+		}
+	} else {
+		// At every taking of the slot: whoever held it before may have
+		// found a lost history and recorded an epoch.
+		rcfg.Holding = func(ctx context.Context) error {
+			if err := lin.load(ctx); err != nil {
+				return err
+			}
 			es, err := lin.holding(st.History())
 			p.SetEpochs(es)
 			return err

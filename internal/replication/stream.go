@@ -74,10 +74,15 @@ type Config struct {
 	// again; a reply is requested at half of it. It also bounds connecting
 	// and starting replication. 0 turns it off.
 	ReceiveTimeout time.Duration
-	// Holding, when set, is called once, when the stream first holds the
-	// slot (replication started) and before any message is read: for what
-	// may only happen while no other process streams from the slot. An
-	// error stops the stream for good.
+	// Holding, when set, is called each time the stream takes the slot
+	// (replication started on a new connection), before any message is
+	// read: for what may only happen while no other process streams from
+	// the slot, and for what must be read from whoever held it last (a
+	// hot standby takes it hours after it started, an instance that lost
+	// its connection may find that another held it meanwhile). An error
+	// stops the stream for good, unless it has a method Retry() bool that
+	// returns true: then the connection is given up, nothing read, and
+	// tried again.
 	Holding func(ctx context.Context) error
 }
 
@@ -262,8 +267,11 @@ func (s *Stream) session(ctx context.Context) error {
 	}
 	s.tookOver(held)
 	if h := s.cfg.Holding; h != nil {
-		s.cfg.Holding = nil // once per process, not per connection
 		if err := h(ctx); err != nil {
+			var later interface{ Retry() bool }
+			if errors.As(err, &later) && later.Retry() {
+				return err
+			}
 			return fatal{err}
 		}
 	}

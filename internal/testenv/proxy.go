@@ -30,7 +30,7 @@ import (
 //     alone, as one just restarted or loaded.
 type Proxy struct {
 	ln     net.Listener
-	target string
+	target string // under mu: Retarget changes it
 
 	// delayAPI and delay are DelayKafka's: requests of Kafka API key
 	// delayAPI wait delay; delay 0 forwards bytes as they come.
@@ -74,6 +74,15 @@ func StartProxy(addr, target string) (*Proxy, error) {
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// Retarget forwards the connections accepted from now on to target (a
+// server put back in another one's place at the same address); open ones
+// stay with the old target until cut.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
 
 // Addr is the address the proxy listens on.
@@ -172,7 +181,10 @@ func (p *Proxy) serve(l *link) {
 	if !p.await(l) {
 		return
 	}
-	server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 10*time.Second)
 	if err != nil {
 		p.drop(l)
 		return
