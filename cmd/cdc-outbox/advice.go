@@ -97,7 +97,7 @@ const restoreAdvice = ". Start cdc-outbox again: it resumes at the slot's positi
 	"their transactions are not on the server, which may give their event ids to new events, so every event streamed from now on carries its source with /epoch-N " +
 	"(the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; list the lost events with cdc-outbox lost-events. " +
 	"If the restored server has no slot of this name (a base backup does not hold slots), the start creates one that streams only what commits from then on: " +
-	"re-publish what was committed since the restore with cdc-outbox republish --since <time of the restore> (docs/guarantees.md, Restores)"
+	"re-publish what was committed since the restore with cdc-outbox republish --since <time of the restore> (docs/guarantees.md, A server restored under the running stream)"
 
 // sentinelAdvice is what to do about conditions the internal packages
 // return as a sentinel wrapped with the facts.

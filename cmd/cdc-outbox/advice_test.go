@@ -100,7 +100,7 @@ func TestAdvice(t *testing.T) {
 				"their transactions are not on the server, which may give their event ids to new events, so every event streamed from now on carries its source with /epoch-N " +
 				"(the lost history is recorded in the checkpoint topic) and none shares source and id with a lost one; list the lost events with cdc-outbox lost-events. " +
 				"If the restored server has no slot of this name (a base backup does not hold slots), the start creates one that streams only what commits from then on: " +
-				"re-publish what was committed since the restore with cdc-outbox republish --since <time of the restore> (docs/guarantees.md, Restores)"},
+				"re-publish what was committed since the restore with cdc-outbox republish --since <time of the restore> (docs/guarantees.md, A server restored under the running stream)"},
 		{"publication gone", &replication.Error{Err: replication.ErrPublicationGone, Publication: "cdc_outbox", Slot: "s", Confirmed: 0x152E2B0},
 			`. To recover: re-create it (CREATE PUBLICATION "cdc_outbox" FOR TABLE <outbox table> WITH (publish = 'insert')), ` +
 				"drop the slot (SELECT pg_drop_replication_slot('s')), start cdc-outbox with --recreate-slot, " +
