@@ -26,16 +26,9 @@ var ErrOtherCluster = errors.New("the server belongs to another cluster")
 // safe, and a restart starts from it. A *ForkError has the facts.
 var ErrBeyondFork = errors.New("the stream read past the new primary's fork from the old timeline")
 
-// server is what IDENTIFY_SYSTEM says of the server a session streams from.
-type server struct {
-	systemID string
-	timeline int32
-	addr     string
-}
-
 // failover describes a move to a new primary, for messages.
 type failover struct {
-	from, to server
+	from, to Server
 	fork     pglogrepl.LSN // where the old timeline ends on the new one
 }
 
@@ -69,70 +62,124 @@ func (s *Stream) follow(ctx context.Context, conn *pgconn.PgConn) error {
 	if err != nil {
 		return fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
 	}
-	now := server{systemID: sys.SystemID, timeline: sys.Timeline, addr: conn.Conn().RemoteAddr().String()}
+	now := Server{SystemID: sys.SystemID, Timeline: sys.Timeline, Addr: conn.Conn().RemoteAddr().String()}
 	was := s.server
 	s.failover = nil
-	if was.systemID != "" && now.systemID != was.systemID {
-		return fatal{&Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: %s has system identifier %s, and cdc-outbox streamed from %s with %s before: "+
-			"it is not a standby of that server, so it cannot continue the stream", ErrOtherCluster, now.addr, now.systemID, was.addr, was.systemID)}}
-	}
 	ends := map[int32]pglogrepl.LSN{}
-	if now.timeline > 1 {
-		h, err := pglogrepl.TimelineHistory(ctx, conn, now.timeline)
+	if now.Timeline > 1 {
+		h, err := pglogrepl.TimelineHistory(ctx, conn, now.Timeline)
 		switch {
 		case err == nil:
 			ends = historyEnds(h.Content)
-		case was.systemID != "" && now.timeline != was.timeline:
-			return fmt.Errorf("TIMELINE_HISTORY %d: %w", now.timeline, err)
+		case was.SystemID == now.SystemID && now.Timeline != was.Timeline:
+			return fmt.Errorf("TIMELINE_HISTORY %d: %w", now.Timeline, err)
 		default:
 			// Without it, a Kafka checkpoint of an earlier timeline is
 			// not proven to be on this history: it skips nothing.
-			s.log.Warn("could not read the server's timeline history", "timeline", now.timeline, "error", err)
+			s.log.Warn("could not read the server's timeline history", "timeline", now.Timeline, "error", err)
 		}
 	}
+	h := History{Timeline: now.Timeline, Ends: ends, Flushed: sys.XLogPos}
 	s.mu.Lock()
-	s.history = History{Timeline: now.timeline, Ends: ends, Flushed: sys.XLogPos}
+	s.history = h
 	s.mu.Unlock()
-	if was.systemID == "" {
-		s.server = now
-		return nil
-	}
-	if now.timeline == was.timeline {
-		// The same system and timeline is not the same WAL: a server put
-		// back from a volume snapshot or a base backup without recovery
-		// (crash recovery of itself) keeps both and goes on writing where
-		// its WAL ends, with other transactions at the positions the
-		// stream read before. Resumed at the confirmed position, the
-		// stream would skip every one of them below it and write that
-		// position into the slot. Any of what the stream handed on past
-		// the server's flushed WAL (which survives a crash) says so.
-		confirmed := s.pos.Confirmed()
-		if newest := max(confirmed, s.lastSent, s.h.Newest()); newest > sys.XLogPos {
-			s.log.Warn("lost history: the server's WAL ends before what cdc-outbox read from it on this timeline: it was restored from a backup or a snapshot; "+
-				"the events of that range in Kafka are not on it, and it commits other transactions at those positions",
-				"server", now.addr, "timeline", now.timeline, "server_flushed_lsn", sys.XLogPos, "confirmed_lsn", confirmed, "newest_lsn", newest)
-			return fatal{&RestoreError{Server: now.addr, Timeline: now.timeline, Flushed: sys.XLogPos, Confirmed: confirmed, Newest: newest}}
-		}
-		s.server = now
-		return nil
-	}
-	fork, ok := ends[was.timeline]
-	if !ok {
-		return fatal{&Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: the history of timeline %d on %s does not contain timeline %d, which cdc-outbox streamed from on %s",
-			ErrOtherCluster, now.timeline, now.addr, was.timeline, was.addr)}}
-	}
-	f := &failover{from: was, to: now, fork: fork}
 	confirmed := s.pos.Confirmed()
-	if newest := max(confirmed, s.h.Newest()); newest > fork {
+	v := Judge(Reconnection{Was: was, Now: now, History: h, Confirmed: confirmed, LastSent: s.lastSent, Newest: s.h.Newest()})
+	switch e := v.Err.(type) {
+	case nil:
+	case *ForkError:
 		s.log.Warn("lost history: cdc-outbox read the old primary's WAL past the fork of the new primary's timeline, which the promoted standby never received; "+
 			"the events of that range in Kafka are not on the new primary, which commits other transactions at those positions and may hand out the same event ids again",
-			"from", was.addr, "from_timeline", was.timeline, "to", now.addr, "to_timeline", now.timeline, "lost_from_lsn", fork, "lost_to_lsn", newest)
-		return fatal{&ForkError{From: was.addr, FromTimeline: was.timeline, To: now.addr, ToTimeline: now.timeline, Fork: fork, Confirmed: confirmed, Newest: newest}}
+			"from", e.From, "from_timeline", e.FromTimeline, "to", e.To, "to_timeline", e.ToTimeline, "lost_from_lsn", e.Fork, "lost_to_lsn", e.Newest)
+		return fatal{e}
+	case *RestoreError:
+		s.log.Warn("lost history: the server's WAL ends before what cdc-outbox read from it on this timeline: it was restored from a backup or a snapshot; "+
+			"the events of that range in Kafka are not on it, and it commits other transactions at those positions",
+			"server", e.Server, "timeline", e.Timeline, "server_flushed_lsn", e.Flushed, "confirmed_lsn", e.Confirmed, "newest_lsn", e.Newest)
+		return fatal{e}
+	default:
+		return fatal{e}
 	}
-	s.server, s.failover = now, f
-	s.log.Warn("PostgreSQL failed over: resuming on the new primary at the last confirmed position",
-		"from", was.addr, "from_timeline", was.timeline, "to", now.addr, "to_timeline", now.timeline, "fork_lsn", fork, "resume_lsn", confirmed)
+	s.server = now
+	if v.FailedOver {
+		s.failover = &failover{from: was, to: now, fork: v.Fork}
+		s.log.Warn("PostgreSQL failed over: resuming on the new primary at the last confirmed position",
+			"from", was.Addr, "from_timeline", was.Timeline, "to", now.Addr, "to_timeline", now.Timeline, "fork_lsn", v.Fork, "resume_lsn", confirmed)
+	}
 	return nil
+}
+
+// Server is what IDENTIFY_SYSTEM says of the server a connection reached.
+type Server struct {
+	SystemID string
+	Timeline int32
+	Addr     string
+}
+
+// Reconnection is what a new replication connection found (Now and its
+// History) and what the stream had done before it: the server it streamed
+// from (Was; zero on the first connection), the position it confirmed and
+// last sent, and the newest position it handed on (Handler.Newest).
+type Reconnection struct {
+	Was, Now  Server
+	History   History
+	Confirmed pglogrepl.LSN
+	LastSent  pglogrepl.LSN
+	Newest    pglogrepl.LSN
+}
+
+// Verdict is Judge's answer. Err, when set, stops the stream for good:
+// an *Error (ErrOtherCluster), a *ForkError or a *RestoreError. Otherwise
+// the stream resumes at its confirmed position; FailedOver says that Now
+// is a standby of Was promoted since, whose timeline forked at Fork.
+type Verdict struct {
+	Err        error
+	FailedOver bool
+	Fork       pglogrepl.LSN
+}
+
+// Judge decides whether the stream may resume at its confirmed position
+// on the server a new connection reached. Pure: the simulation of the
+// recovery protocol calls it as follow does.
+//
+//   - The first connection: yes (the start's recovery, Config.Holding,
+//     judges what Kafka holds against the server).
+//   - Another system: no, that server's slot is not the stream's.
+//   - The same system and timeline is not the same WAL: a server put
+//     back from a volume snapshot or a base backup without recovery (crash
+//     recovery of itself) keeps both and goes on writing where its WAL
+//     ends, with other transactions at the positions the stream read
+//     before. Resumed at the confirmed position, the stream would skip
+//     every one of them below it and write that position into the slot.
+//     Anything the stream handed on (or confirmed, or sent) past the
+//     server's flushed WAL, which a crash never takes back, says so: a
+//     *RestoreError.
+//   - A new timeline whose history holds the old one (a promotion): yes,
+//     unless anything handed on lies past the fork (a *ForkError).
+func Judge(r Reconnection) Verdict {
+	was, now, h := r.Was, r.Now, r.History
+	if was.SystemID == "" {
+		return Verdict{}
+	}
+	if now.SystemID != was.SystemID {
+		return Verdict{Err: &Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: %s has system identifier %s, and cdc-outbox streamed from %s with %s before: "+
+			"it is not a standby of that server, so it cannot continue the stream", ErrOtherCluster, now.Addr, now.SystemID, was.Addr, was.SystemID)}}
+	}
+	if now.Timeline == was.Timeline {
+		if newest := max(r.Confirmed, r.LastSent, r.Newest); newest > h.Flushed {
+			return Verdict{Err: &RestoreError{Server: now.Addr, Timeline: now.Timeline, Flushed: h.Flushed, Confirmed: r.Confirmed, Newest: newest}}
+		}
+		return Verdict{}
+	}
+	fork, ok := h.Ends[was.Timeline]
+	if !ok {
+		return Verdict{Err: &Error{Err: ErrOtherCluster, msg: fmt.Sprintf("%v: the history of timeline %d on %s does not contain timeline %d, which cdc-outbox streamed from on %s",
+			ErrOtherCluster, now.Timeline, now.Addr, was.Timeline, was.Addr)}}
+	}
+	if newest := max(r.Confirmed, r.Newest); newest > fork {
+		return Verdict{Err: &ForkError{From: was.Addr, FromTimeline: was.Timeline, To: now.Addr, ToTimeline: now.Timeline, Fork: fork, Confirmed: r.Confirmed, Newest: newest}}
+	}
+	return Verdict{FailedOver: true, Fork: fork}
 }
 
 // History is what IDENTIFY_SYSTEM and TIMELINE_HISTORY said of the server
@@ -244,5 +291,5 @@ func (s *Stream) slotGoneAfterFailover(cause error) error {
 			"once the standby has caught up with the slot; PostgreSQL 14 to 16 keep no logical slot across a failover. "+
 			"cdc-outbox does not create a new slot here: it would stream only what commits from then on and skip what was committed after "+
 			"the last confirmed position %s (PostgreSQL said: %v)",
-			ErrSlotGone, f.from.addr, f.from.timeline, f.to.addr, f.to.timeline, s.cfg.Slot, s.pos.Confirmed(), cause)}
+			ErrSlotGone, f.from.Addr, f.from.Timeline, f.to.Addr, f.to.Timeline, s.cfg.Slot, s.pos.Confirmed(), cause)}
 }

@@ -98,7 +98,7 @@ type Stream struct {
 
 	// server is the server streamed from (follow); failover is set while
 	// a session runs on a primary promoted since the previous session.
-	server   server
+	server   Server
 	failover *failover
 	// history is the server's timeline history, for Timeline and History
 	// (read by other goroutines: under mu).
