@@ -301,20 +301,6 @@ const (
 	deliveryExactlyOnce = "exactly-once"
 )
 
-// transactionalID is --transactional-id or its default, from the stream's
-// identity (replication.StreamIdentity, "<system identifier>/<database
-// OID>/<slot>"): one stream, one writer, so an instance that takes the slot
-// over, on the same server or on a promoted standby, fences the one before
-// it, while streams of other clusters or databases that keep the default
-// slot name on one Kafka cluster never fence each other. The prefix stays
-// "cdc-outbox-", which a prefixed ACL can grant.
-func (c *runConfig) transactionalID(stream string) string {
-	if c.TransactionalID != "" {
-		return c.TransactionalID
-	}
-	return "cdc-outbox-" + strings.ReplaceAll(stream, "/", "-")
-}
-
 func (c *runConfig) brokers() []string {
 	var out []string
 	for _, b := range strings.Split(c.KafkaBrokers, ",") {

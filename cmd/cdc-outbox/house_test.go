@@ -140,11 +140,13 @@ var allowedImports = map[string][]string{
 	"internal/pipeline":    {"internal/checkpoint", "internal/decoder", "internal/mapping", "outbox/contract"},
 	"internal/replication": {"internal/decoder", "outbox/pgname"},
 	"internal/republish":   {"internal/mapping", "outbox/pgname", "internal/pipeline", "internal/replication"},
-	"internal/sink":        nil,
-	"internal/testenv":     nil,
-	"internal/tracing":     nil,
+	"internal/relay": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/pipeline", "internal/replication",
+		"internal/sink", "outbox/pgname"},
+	"internal/sink":    nil,
+	"internal/testenv": nil,
+	"internal/tracing": nil,
 	"cmd/cdc-outbox": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/metrics",
-		"internal/pipeline", "internal/replication", "internal/republish", "internal/sink", "internal/tracing", "outbox/contract", "outbox/pgname"},
+		"internal/pipeline", "internal/relay", "internal/replication", "internal/republish", "internal/sink", "internal/tracing", "outbox/contract", "outbox/pgname"},
 }
 
 // TestImportGraph: go list's imports of the streamer's packages (tests

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"strings"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
-	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/relay"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
@@ -15,10 +12,7 @@ import (
 // outboxSpec is one configured outbox of run: a table or a pattern of
 // table names, and how its rows become records. Its Mapping.Source is
 // empty for the default, each table's identity.
-type outboxSpec struct {
-	Pattern pgname.Pattern
-	Mapping mapping.Config
-}
+type outboxSpec = relay.Outbox
 
 // outboxes are run's outboxes, in order (a table two match is the first's):
 // each item of --table with the global mapping flags, or the entries of the
@@ -73,41 +67,8 @@ func (c *runConfig) validateOutboxes(p *problems) {
 		"--source %q with the configuration file's outboxes list: each table needs a source of its own; give it in its entry", c.Source)
 }
 
-// catalogOutboxes are the outboxes as the catalog matches tables to them.
-func catalogOutboxes(specs []outboxSpec) []replication.CatalogOutbox {
-	out := make([]replication.CatalogOutbox, len(specs))
-	for i, s := range specs {
-		m := s.Mapping
-		out[i] = replication.CatalogOutbox{Pattern: s.Pattern,
-			Required: []string{m.IDColumn, m.AggregateTypeColumn, m.AggregateIDColumn, m.EventTypeColumn, m.PayloadColumn}}
-	}
-	return out
-}
-
-func patternsOf(specs []outboxSpec) []pgname.Pattern {
-	out := make([]pgname.Pattern, len(specs))
-	for i, s := range specs {
-		out[i] = s.Pattern
-	}
-	return out
-}
-
-func mappingsOf(specs []outboxSpec) []mapping.Config {
-	out := make([]mapping.Config, len(specs))
-	for i, s := range specs {
-		out[i] = s.Mapping
-	}
-	return out
-}
-
 // describeOutboxes is the outboxes for the log: "svc_a.outbox, tenant_*.outbox".
-func describeOutboxes(specs []outboxSpec) string {
-	var names []string
-	for _, s := range specs {
-		names = append(names, s.Pattern.String())
-	}
-	return strings.Join(names, ", ")
-}
+func describeOutboxes(specs []outboxSpec) string { return relay.Describe(specs) }
 
 // outboxEntry is one entry of the configuration file's outboxes list: the
 // table or pattern, and the settings it gives instead of the global flags.
@@ -137,28 +98,4 @@ func (e outboxEntry) mapping(def mapping.Config, source string) mapping.Config {
 		}
 	}
 	return m
-}
-
-// messageSource is the source header of the events that come as outbox
-// messages, which no table holds: the first outbox's source when it is
-// given; for a stream of one table, that table's default (a service that
-// moves from rows to messages keeps its source, and the messages' ids,
-// UUIDs, never meet the table's); for a list or patterns, of no table in
-// particular, "<system identifier>/<database OID>/<message prefix>".
-func messageSource(ctx context.Context, c *runConfig, specs []outboxSpec, found []decoder.Outbox) (string, error) {
-	if s := specs[0].Mapping.Source; s != "" {
-		return s, nil
-	}
-	if len(specs) == 1 && !specs[0].Pattern.IsGlob() {
-		for _, o := range found {
-			if o.Entry == 0 {
-				return o.Identity, nil
-			}
-		}
-	}
-	source, err := replication.StreamIdentity(ctx, c.PostgresURL, c.MessagePrefix)
-	if err != nil {
-		return "", fmt.Errorf("derive the outbox messages' source: %w", err)
-	}
-	return source, nil
 }

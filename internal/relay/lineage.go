@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"context"
@@ -15,18 +15,35 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 )
 
-// lineage keeps the stream's history epochs in the checkpoint topic
-// (sink.StreamRecords), in either delivery: the epochs a lost history began
-// must be known at every later start, or the new history's events would be
-// published again under the lost one's source, where a consumer deduping
-// by (source, id) takes them for events it has seen.
+// Store is where a stream's own records live: the checkpoint topic in
+// production (KafkaStore), memory in the simulation of the protocol.
+type Store interface {
+	// Read returns what the store holds under key: the last checkpoint
+	// written with origin (exactly-once), and the stream's epochs and
+	// published records. A store that does not exist yet holds nothing
+	// (an error that errors.Is kerr.UnknownTopicOrPartition is taken for
+	// that).
+	Read(ctx context.Context, key, origin string) (sink.Checkpoint, error)
+	// Write writes value under key, durably (every in-sync replica),
+	// before it returns.
+	Write(ctx context.Context, key string, value []byte) error
+}
+
+// LineageObserver is told when a lost history is found; metrics implement
+// it.
+type LineageObserver interface{ LostHistory() }
+
+// lineage keeps the stream's history epochs in its store, in either
+// delivery: the epochs a lost history began must be known at every later
+// taking of the slot, or the new history's events would be published again
+// under the lost one's source, where a consumer deduping by (source, id)
+// takes them for events it has seen.
 type lineage struct {
-	admin     sink.Config
-	topic     string
-	records   *sink.StreamRecords
-	stream    string       // the stream's identity: the epochs record's key and origin
+	store     Store
+	topic     string       // for messages
+	stream    string       // the stream's identity: the records' key and origin
 	timeline  func() int32 // the server's, for an epoch that does not name it
-	lost      interface{ LostHistory() }
+	lost      LineageObserver
 	log       *slog.Logger
 	mu        sync.Mutex
 	epochs    checkpoint.Epochs
@@ -34,9 +51,8 @@ type lineage struct {
 	known     bool                 // epochs were read (set)
 }
 
-// set sets the epochs read at start, the value of the epochs record (with
-// the checkpoint in exactly-once delivery, by load in at-least-once), and
-// returns them.
+// set sets the epochs read when the slot was taken (the value of the
+// epochs record) and returns them.
 func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 	es, err := checkpoint.DecodeEpochs(value)
 	if err != nil {
@@ -57,14 +73,14 @@ func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 // had published (the published record, which watch writes): whoever held
 // the slot before, another instance or this one before a lost connection,
 // may have recorded a lost history since this process last read them. A
-// missing topic holds none. Kafka unreachable or refusing within
-// loadTimeout gives the connection up (a *lineageUnknown, which the stream
-// tries again): nothing is published before the epochs are known, or the
-// events of a new history might go out under a lost one's source.
+// missing topic holds none. A store that does not answer within
+// loadTimeout gives the connection up (a *LineageUnknownError, which the
+// stream tries again): nothing is published before the epochs are known,
+// or the events of a new history might go out under a lost one's source.
 func (l *lineage) load(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	cp, err := sink.ReadCheckpoint(ctx, l.admin, l.topic, l.stream, l.stream)
+	cp, err := l.store.Read(ctx, l.stream, l.stream)
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		l.mu.Lock()
@@ -72,7 +88,7 @@ func (l *lineage) load(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	case err != nil:
-		return &lineageUnknown{topic: l.topic, err: err}
+		return &LineageUnknownError{Topic: l.topic, Err: err}
 	}
 	if _, err := l.set(cp.Epochs); err != nil {
 		return err
@@ -86,24 +102,6 @@ func (l *lineage) load(ctx context.Context) error {
 	l.mu.Unlock()
 	return nil
 }
-
-// lineageUnknown: the stream's epochs could not be read when it took the
-// slot. The stream gives the connection up and tries again.
-type lineageUnknown struct {
-	topic string
-	err   error
-}
-
-func (e *lineageUnknown) Error() string {
-	return fmt.Sprintf("cannot read the stream's history epochs from checkpoint topic %s before streaming (nothing is published until they are known, "+
-		"so that no new event goes out under the source of a lost history): %v; check that Kafka is reachable and that this user may Read, Write and Create the topic; "+
-		"trying again", e.topic, e.err)
-}
-
-func (e *lineageUnknown) Unwrap() error { return e.err }
-
-// Retry has the stream give the connection up and try again.
-func (e *lineageUnknown) Retry() bool { return true }
 
 // loadTimeout bounds load: well within wal_sender_timeout's default of a
 // minute, as load runs while the stream holds the slot and sends nothing.
@@ -163,7 +161,7 @@ func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() c
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := l.records.Write(wctx, sink.PublishedKey(l.stream), p.Encode())
+		err := l.store.Write(wctx, sink.PublishedKey(l.stream), p.Encode())
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -188,9 +186,9 @@ func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if !l.known {
-		// The start could not read them (Kafka was away): a new epoch
+		// They could not be read when the slot was taken: a new epoch
 		// must not take a number an earlier one has.
-		cp, err := sink.ReadCheckpoint(ctx, l.admin, l.topic, l.stream, l.stream)
+		cp, err := l.store.Read(ctx, l.stream, l.stream)
 		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			return nil, fmt.Errorf("read the stream's history epochs before recording a new one: %w; start cdc-outbox again once the broker answers", err)
 		}
@@ -201,7 +199,7 @@ func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
 	}
 	es, got, changed := l.epochs.Begin(e)
 	if changed {
-		if err := l.records.Write(ctx, sink.EpochsKey(l.stream), es.Encode()); err != nil {
+		if err := l.store.Write(ctx, sink.EpochsKey(l.stream), es.Encode()); err != nil {
 			return nil, fmt.Errorf("record history epoch %d, which the events of the new history need before any is published (%v): %w; "+
 				"nothing of the new history was published or confirmed: start cdc-outbox again once the broker takes writes to %s",
 				got.N, got, err, l.topic)
@@ -240,3 +238,49 @@ func (l *lineage) stopped(err error, epoch int) error {
 	}
 	return nil
 }
+
+// LineageUnknownError: the stream's epochs could not be read when it took
+// the slot. The stream gives the connection up and tries again (Retry).
+type LineageUnknownError struct {
+	Topic string
+	Err   error
+}
+
+func (e *LineageUnknownError) Error() string {
+	return fmt.Sprintf("cannot read the stream's history epochs from checkpoint topic %s before streaming (nothing is published until they are known, "+
+		"so that no new event goes out under the source of a lost history): %v; trying again", e.Topic, e.Err)
+}
+
+func (e *LineageUnknownError) Unwrap() error { return e.Err }
+
+// Retry has the stream give the connection up and try again.
+func (e *LineageUnknownError) Retry() bool { return true }
+
+// KafkaStore is the Store of the checkpoint topic.
+type KafkaStore struct {
+	admin   sink.Config // the topic's clients: TLS and SASL, not the producer's metrics hooks
+	topic   string
+	records *sink.StreamRecords
+}
+
+// NewKafkaStore makes the store of topic; it connects at its first use.
+func NewKafkaStore(admin sink.Config, topic string) (*KafkaStore, error) {
+	records, err := sink.NewStreamRecords(admin, topic)
+	if err != nil {
+		return nil, err
+	}
+	return &KafkaStore{admin: admin, topic: topic, records: records}, nil
+}
+
+// Read reads the topic's records of key (sink.ReadCheckpoint).
+func (k *KafkaStore) Read(ctx context.Context, key, origin string) (sink.Checkpoint, error) {
+	return sink.ReadCheckpoint(ctx, k.admin, k.topic, key, origin)
+}
+
+// Write writes a record of the stream's (sink.StreamRecords).
+func (k *KafkaStore) Write(ctx context.Context, key string, value []byte) error {
+	return k.records.Write(ctx, key, value)
+}
+
+// Close closes the writer's client.
+func (k *KafkaStore) Close() { k.records.Close() }
