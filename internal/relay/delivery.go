@@ -45,6 +45,21 @@ type delivery interface {
 	checkpoint() pglogrepl.LSN
 }
 
+// transactions is the exactly-once producer (sink.Transactional): Kafka
+// transactions of whole PostgreSQL transactions with a checkpoint record,
+// committed by Run.
+type transactions interface {
+	producer
+	pipeline.Transactional
+	// Fence registers the transactional id: the instance before is fenced
+	// and its open transaction aborted.
+	Fence(ctx context.Context) error
+	Checkpoint() pglogrepl.LSN
+	SetCheckpoint(lsn pglogrepl.LSN)
+	Run(ctx context.Context) error
+	CommitNow()
+}
+
 // target is what a taking of the slot decides on: the pipeline.
 type target interface {
 	Verify(m checkpoint.Mark)
@@ -60,7 +75,7 @@ type target interface {
 // on a promoted standby (or a restored server) what Kafka holds past its
 // WAL.
 type atLeastOnce struct {
-	sink    *sink.Sink
+	sink    producer
 	lineage *lineage
 	pipe    target
 	stream  *replication.Stream
@@ -93,7 +108,7 @@ func (d *atLeastOnce) beside(g Group) {
 // with a checkpoint record; its recovery is the checkpoint, judged on the
 // server's history, and the lineage read with it.
 type exactlyOnce struct {
-	txp     *sink.Transactional
+	txp     transactions
 	store   Store
 	lineage *lineage
 	pipe    target
@@ -222,7 +237,7 @@ func takeCheckpoint(cp sink.Checkpoint, h replication.History, p target, lin *li
 // newExactlyOnce makes the exactly-once producer and creates the
 // checkpoint topic when missing. Nothing is fenced yet: a standby waiting
 // for the slot must not stop the instance that streams.
-func newExactlyOnce(ctx context.Context, r *Relay, cfg sink.Config) (*exactlyOnce, error) {
+func newExactlyOnce(ctx context.Context, r *Relay, cfg sink.Config) (*exactlyOnce, *sink.Transactional, error) {
 	c := r.cfg
 	// The former default names keyed a checkpoint by the slot with the one
 	// outbox table's identity as origin; a stream of a list or patterns
@@ -231,7 +246,7 @@ func newExactlyOnce(ctx context.Context, r *Relay, cfg sink.Config) (*exactlyOnc
 	if len(c.Outboxes) == 1 && !c.Outboxes[0].Pattern.IsGlob() {
 		var err error
 		if legacy, err = replication.TableIdentity(ctx, c.PostgresURL, c.Outboxes[0].Pattern.Name()); err != nil && !errors.Is(err, replication.ErrNoTable) {
-			return nil, fmt.Errorf("read the outbox table's identity for the former Kafka checkpoint: %w", err)
+			return nil, nil, fmt.Errorf("read the outbox table's identity for the former Kafka checkpoint: %w", err)
 		}
 	}
 	id := c.TransactionalID
@@ -251,16 +266,16 @@ func newExactlyOnce(ctx context.Context, r *Relay, cfg sink.Config) (*exactlyOnc
 		Admin:           c.Admin,
 	}, r.obs, r.log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := sink.EnsureCheckpointTopic(ctx, c.Admin, c.CheckpointTopic); err != nil {
 		txp.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	return &exactlyOnce{txp: txp, store: r.store, lineage: r.lineage, obs: r.obs, log: r.log, topic: c.CheckpointTopic,
-		stream: r.identity, id: id, slot: c.Slot, legacyOrigin: legacy}, nil
+		stream: r.identity, id: id, slot: c.Slot, legacyOrigin: legacy}, txp, nil
 }
 
 // DefaultTransactionalID is the transactional id of the stream whose

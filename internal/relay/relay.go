@@ -167,11 +167,11 @@ func New(ctx context.Context, cfg Config, g Group, obs Observer, log *slog.Logge
 	kafka.MaxBufferedRecords = 2*cfg.MaxInflightEvents + 1000
 	switch cfg.Delivery {
 	case ExactlyOnce:
-		eo, err := newExactlyOnce(ctx, r, kafka)
+		eo, txp, err := newExactlyOnce(ctx, r, kafka)
 		if err != nil {
 			return nil, err
 		}
-		g.Close(eo.txp.Close)
+		g.Close(txp.Close)
 		r.delivery = eo
 	default:
 		s, err := sink.New(kafka, log)
