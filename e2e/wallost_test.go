@@ -118,7 +118,9 @@ func TestWALLostWhileStopped(t *testing.T) {
 }
 
 // TestWALLostWhileKafkaDown: the streamer runs but Kafka never answers, so
-// nothing is confirmed and the slot holds WAL from the first event on. The
+// it takes the slot only to find that it cannot read the stream's history
+// epochs, reads nothing (it must not publish before it knows them), and
+// nothing is confirmed: the slot holds WAL from the first event on. The
 // slot poller reports the slot's wal_status as it turns unreserved (error
 // log, cdc_outbox_slot_wal_status), and when the checkpoint invalidates the
 // slot (PostgreSQL ends the walsender for it), the reconnect meets the
@@ -137,11 +139,13 @@ func TestWALLostWhileKafkaDown(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close()
 	s := e.start("--kafka-brokers", dead, "--slot-poll-interval", "1s")
-	e.waitStreaming()
+	eventually(t, time.Minute, "the streamer to take the slot and wait for the history epochs", func() bool {
+		return strings.Contains(s.logText(), "cannot read the stream's history epochs")
+	})
 	if err := newWorkload(e).write(ctx, 1, 10, 5, "payment", false); err != nil {
 		t.Fatal(err)
 	}
-	// The events are in flight and unacknowledged: the slot stays at them.
+	// The events are not confirmed: the slot stays before them.
 	e.switchWAL()
 	eventually(t, 30*time.Second, "the slot's wal_status to become unreserved", func() bool {
 		if e.slotWALStatus() == "unreserved" {
