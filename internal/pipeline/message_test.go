@@ -175,8 +175,8 @@ func TestResentTransactionWithMessages(t *testing.T) {
 	}
 	a.latest("1", "m2", "3")
 	p.Lost()
-	if len(p.resend.again) != 1 {
-		t.Fatalf("%d transactions to be sent again, want the open one", len(p.resend.again))
+	if again := p.d.(*atLeastOnce).resend.again; len(again) != 1 {
+		t.Fatalf("%d transactions to be sent again, want the open one", len(again))
 	}
 	if got := sendTx(t, p, s, txOf(90_000, 7, body, 90_100)...); !same(got, []string{"m4", "5"}) {
 		t.Fatalf("sent again, it produced %v, want [m4 5]", got)

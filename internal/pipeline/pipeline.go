@@ -161,37 +161,12 @@ type Pipeline struct {
 	alone     *pending   // sent alone, not yet acknowledged or refused
 	next      *pending   // to produce next from the replication goroutine
 
-	// Exactly-once delivery (txp is not nil). through is the end LSN of the
-	// last transaction handed to txp, or the Kafka checkpoint; skipping is
-	// set while the open transaction is one Kafka holds already
-	// (replication goroutine only). open and openBytes count the open
-	// transaction's records, which wait in txp until its commit: they
-	// count neither against the in-flight limits nor as in flight, since
-	// no acknowledgement can come for them before the commit (written by
-	// the replication goroutine, read by metrics too).
-	txp             Transactional
-	through         pglogrepl.LSN
-	skipping        bool
-	open, openBytes atomic.Int64
-	skippedTx       atomic.Uint64
-	// verify is the Kafka checkpoint's commit while it is not yet verified
-	// (verify.go); tentative counts the transactions skipped meanwhile.
-	verify    *checkpoint.Mark
-	tentative uint64
-	unproven  bool // the open transaction is skipped tentatively
-	// namedPassed: verify is a lone message's checkpoint whose named
-	// commit the slot had confirmed, which the server does not send again.
-	namedPassed bool
-	// produced is the newest LSN of a record produced in at-least-once
-	// delivery, whatever became of its transaction: how far into the WAL
-	// Kafka may hold events (Newest). Written by the replication goroutine.
-	produced atomic.Uint64
-
-	// resend remembers, in at-least-once delivery, which changes of each
-	// transaction not yet confirmed the broker acknowledged, so that of one
-	// the server sends again after a lost connection only the others are
-	// published again (resend.go).
-	resend resendState
+	// d is what the delivery does with the stream's transactions
+	// (delivery.go): at-least-once or exactly-once. skipping is set while
+	// the open transaction is one the producer holds whole already
+	// (replication goroutine only).
+	d        delivery
+	skipping bool
 
 	// History epochs (epoch.go): the stream's, and the one of the open
 	// transaction, whose sources the mappers have (replication goroutine
@@ -297,7 +272,9 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 		p.dec.Messages(cfg.MessagePrefix)
 	}
 	if txp, ok := sink.(Transactional); ok {
-		p.txp = txp
+		p.d = &exactlyOnce{p: p, txp: txp}
+	} else {
+		p.d = &atLeastOnce{p: p}
 	}
 	if p.explain = cfg.Explain; p.explain == nil {
 		p.explain = func(err error) string { return err.Error() }
@@ -309,11 +286,20 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 // checkpoint holds: every transaction that ended at or before it is in
 // Kafka already, so one the server sends again is skipped. Call it from
 // the replication goroutine, before the first message.
-func (p *Pipeline) SkipThrough(lsn pglogrepl.LSN) { p.through = max(p.through, lsn) }
+func (p *Pipeline) SkipThrough(lsn pglogrepl.LSN) {
+	if eo, ok := p.d.(*exactlyOnce); ok {
+		eo.through = max(eo.through, lsn)
+	}
+}
 
 // SkippedTransactions counts, in exactly-once delivery, the transactions
 // the server sent again that Kafka already held.
-func (p *Pipeline) SkippedTransactions() uint64 { return p.skippedTx.Load() }
+func (p *Pipeline) SkippedTransactions() uint64 {
+	if eo, ok := p.d.(*exactlyOnce); ok {
+		return eo.skippedTx.Load()
+	}
+	return 0
+}
 
 // Skipped counts the changes that were not published, by reason.
 func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
@@ -371,21 +357,8 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		p.commitTime = ev.CommitTime.UnixNano()
 		p.xid = ev.Xid
 		p.obs.Received(p.commitTime)
-		if p.txp == nil {
-			p.resendBegin(ev.Xid, ev.FinalLSN, p.commitTime)
-		}
-		// The commit record starts at FinalLSN and ends at the end LSN a
-		// checkpoint holds: a transaction ended at or before the checkpoint
-		// exactly when its commit record starts before it.
-		p.skipping = p.txp != nil && ev.FinalLSN < p.through
-		if p.skipping && p.skippedTx.Add(1) == 1 {
-			p.log.Info("skipping transactions that Kafka holds already (exactly-once): PostgreSQL sends again what it was not yet told of",
-				"first_commit_lsn", ev.FinalLSN, "through", p.through)
-		}
-		if p.verify != nil && !p.skipping {
-			if err := p.verifyBegin(ev.FinalLSN); err != nil {
-				return err
-			}
+		if p.skipping, err = p.d.begin(ev.Xid, ev.FinalLSN, p.commitTime); err != nil {
+			return err
 		}
 		if len(p.epochs) > 0 {
 			return p.epochBegin(ev.FinalLSN)
@@ -399,7 +372,7 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		if p.skipping {
 			return nil // Kafka has it, or its dead-letter record
 		}
-		if p.txp == nil && p.resendChange(lsn) {
+		if p.d.again(lsn) {
 			return nil // the broker has it, from the transaction's sending before
 		}
 		if ev.Kind == decoder.KindUnmapped {
@@ -418,7 +391,7 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		}
 		// A change of its transaction like a row: sent again, it comes at
 		// the same place.
-		if p.txp == nil && p.resendChange(lsn) {
+		if p.d.again(lsn) {
 			return nil // the broker has it, from the transaction's sending before
 		}
 		return p.message(lsn, ev)
@@ -426,23 +399,13 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		if p.tx == nil {
 			return fmt.Errorf("commit at LSN %s without a begin: the stream is out of order", lsn)
 		}
-		if p.unproven {
-			if tentative, err := p.verifyCommit(ev.EndLSN); tentative || err != nil {
-				return err
-			}
-		}
-		if p.txp != nil && !p.skipping {
-			// Before the tracker's Commit: the records are then whole
-			// transactions when the producer's promises come.
-			p.txp.Boundary(ev.EndLSN, p.xid, ev.CommitTime)
-			p.through = max(p.through, ev.EndLSN)
-		}
-		if p.txp == nil {
-			p.resendCommit(ev.EndLSN)
+		// Before the tracker's Commit: the records are then whole
+		// transactions when the producer's promises come.
+		tentative, err := p.d.commit(ev.EndLSN, p.xid, ev.CommitTime, p.skipping)
+		if tentative || err != nil {
+			return err
 		}
 		p.skipping = false
-		p.open.Store(0)
-		p.openBytes.Store(0)
 		p.ckpt.Commit(p.tx, ev.EndLSN)
 		p.tx = nil
 	}
@@ -575,13 +538,8 @@ func (p *Pipeline) loneMessage(lsn pglogrepl.LSN, ev *decoder.Event) error {
 		return fmt.Errorf("non-transactional message at LSN %s inside a transaction: the stream is out of order", lsn)
 	}
 	at := max(lsn, ev.MessageLSN)
-	if p.txp != nil && at <= p.through {
-		return nil // Kafka holds its dead-letter record
-	}
-	if p.verify != nil {
-		if skip, err := p.verifyLone(at); skip || err != nil {
-			return err
-		}
+	if skip, err := p.d.lone(at); skip || err != nil {
+		return err // nil: Kafka holds its dead-letter record, or may
 	}
 	be := &BadEventError{EventID: mapping.MessageEventID(ev.Content), LSN: at, Err: &NonTransactionalError{Prefix: p.cfg.MessagePrefix}}
 	if p.cfg.OnBadEvent == Fail {
@@ -595,15 +553,7 @@ func (p *Pipeline) loneMessage(lsn pglogrepl.LSN, ev *decoder.Event) error {
 	p.lone = true
 	_ = p.bad(ev, be) // under dead-letter: the record is sent, nil returned
 	p.lone = false
-	if p.txp != nil {
-		// No commit of the server's ends here: the checkpoint at this
-		// position names the last commit before it (sink.Commit.Named),
-		// which a later start verifies before it skips through here.
-		p.txp.Boundary(at, 0, time.Time{})
-		p.through = max(p.through, at)
-		p.open.Store(0)
-		p.openBytes.Store(0)
-	}
+	p.d.loneEnded(at)
 	p.ckpt.Commit(p.tx, at)
 	p.tx = nil
 	return nil
@@ -665,24 +615,13 @@ func (p *Pipeline) send(pd *pending) {
 	if pd.size == 0 {
 		pd.size = RecordSize(&pd.rec)
 	}
-	if p.txp == nil {
-		if !p.lone {
-			p.resendSent(pd)
-		}
-		if uint64(pd.lsn) > p.produced.Load() {
-			p.produced.Store(uint64(pd.lsn))
-		}
-	}
 	// Set last: the mapping fills the record whole.
 	pd.rec.Context = pd
 	// Add before Produce: the ack may arrive before Produce returns.
 	p.ckpt.Add(pd.tx, 1)
 	p.inflight.Add(1)
 	p.inflightBytes.Add(pd.size)
-	if p.txp != nil {
-		p.open.Add(1)
-		p.openBytes.Add(pd.size)
-	}
+	p.d.produced(pd, p.lone)
 	p.sink.Produce(&pd.rec, p.promise)
 }
 
@@ -802,10 +741,16 @@ func (p *Pipeline) Failed() <-chan error { return p.failed }
 // InFlight is the number of records not yet acknowledged, but for those of
 // the open transaction in exactly-once delivery, which wait for its commit.
 // (A drain waits for it to reach 0: they would never come.)
-func (p *Pipeline) InFlight() int { return int(p.inflight.Load() - p.open.Load()) }
+func (p *Pipeline) InFlight() int {
+	open, _ := p.d.waiting()
+	return int(p.inflight.Load() - open)
+}
 
 // InFlightBytes is the estimated size of the records InFlight counts.
-func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() - p.openBytes.Load() }
+func (p *Pipeline) InFlightBytes() int64 {
+	_, open := p.d.waiting()
+	return p.inflightBytes.Load() - open
+}
 
 // Lost forgets the open transaction: the server sends it again whole.
 // Records of it already produced stay in Kafka (at-least-once), and their
@@ -813,26 +758,8 @@ func (p *Pipeline) InFlightBytes() int64 { return p.inflightBytes.Load() - p.ope
 // acknowledged of it, and of the transactions before it not yet confirmed,
 // is not published again when the server sends them again (resend.go).
 func (p *Pipeline) Lost() {
-	if p.txp == nil {
-		p.resendLost()
-	} else {
-		// Exactly-once: the open transaction's records are in no Kafka
-		// transaction yet; dropped, they are not repeated.
-		dropped := p.txp.Discard()
-		for _, r := range dropped {
-			pd := r.Context.(*pending)
-			p.inflight.Add(-1)
-			p.inflightBytes.Add(-pd.size)
-		}
-		if len(dropped) > 0 {
-			p.log.Info("the replication connection was lost inside a transaction: its records, in no Kafka transaction yet, are dropped, and PostgreSQL sends it again whole",
-				"dropped", len(dropped))
-		}
-		p.skipping = false
-		p.open.Store(0)
-		p.openBytes.Store(0)
-		p.tentative, p.unproven = 0, false // the server sends them again
-	}
+	p.d.lost()
+	p.skipping = false
 	if p.tx != nil {
 		p.ckpt.Discard(p.tx)
 		p.tx = nil

@@ -147,9 +147,9 @@ type resendState struct {
 
 // resendBegin is a Begin message: xid's transaction commits at final, at
 // time when.
-func (p *Pipeline) resendBegin(xid uint32, final pglogrepl.LSN, when int64) {
-	r := &p.resend
-	confirmed := p.ckpt.Confirmed()
+func (a *atLeastOnce) resendBegin(xid uint32, final pglogrepl.LSN, when int64) {
+	r := &a.resend
+	confirmed := a.p.ckpt.Confirmed()
 	i := 0
 	for ; i < len(r.sent) && r.sent[i].end != 0 && r.sent[i].end <= confirmed; i++ {
 		r.sent[i] = nil
@@ -176,8 +176,8 @@ func (p *Pipeline) resendBegin(xid uint32, final pglogrepl.LSN, when int64) {
 // resendChange places a change of the open transaction at lsn and reports
 // whether the broker acknowledged it when the transaction was sent before:
 // then it is not published again.
-func (p *Pipeline) resendChange(lsn pglogrepl.LSN) (skip bool) {
-	r := &p.resend
+func (a *atLeastOnce) resendChange(lsn pglogrepl.LSN) (skip bool) {
+	r := &a.resend
 	if lsn == r.at.lsn {
 		r.at.k++
 	} else {
@@ -188,15 +188,15 @@ func (p *Pipeline) resendChange(lsn pglogrepl.LSN) (skip bool) {
 		return false
 	}
 	// In Kafka already: this sending's memory has it acknowledged.
-	p.resendCurrent().acked(r.seq, r.at)
+	a.resendCurrent().acked(r.seq, r.at)
 	r.skipped++
 	return true
 }
 
 // resendCurrent is what is remembered of the open transaction's sending,
 // made at the first change published or passed over.
-func (p *Pipeline) resendCurrent() *sentTx {
-	r := &p.resend
+func (a *atLeastOnce) resendCurrent() *sentTx {
+	r := &a.resend
 	if r.cur == nil {
 		r.cur = &sentTx{xid: r.xid, final: r.final, when: r.when, prev: r.earlier}
 		r.sent = append(r.sent, r.cur)
@@ -206,14 +206,14 @@ func (p *Pipeline) resendCurrent() *sentTx {
 
 // resendSent ties pd, the record of the open transaction's current
 // change, to what is remembered of the transaction.
-func (p *Pipeline) resendSent(pd *pending) {
-	r := &p.resend
-	pd.sent, pd.sentSeq, pd.at = p.resendCurrent(), r.seq, r.at
+func (a *atLeastOnce) resendSent(pd *pending) {
+	r := &a.resend
+	pd.sent, pd.sentSeq, pd.at = a.resendCurrent(), r.seq, r.at
 }
 
 // resendCommit is the open transaction's Commit, ending at end.
-func (p *Pipeline) resendCommit(end pglogrepl.LSN) {
-	r := &p.resend
+func (a *atLeastOnce) resendCommit(end pglogrepl.LSN) {
+	r := &a.resend
 	switch {
 	case r.cur != nil:
 		r.cur.end = end
@@ -225,7 +225,7 @@ func (p *Pipeline) resendCommit(end pglogrepl.LSN) {
 		r.sent = append(r.sent, r.earlier)
 	}
 	if r.earlier != nil {
-		p.log.Info("a transaction sent again after the connection was lost: the events the broker had acknowledged are not published again",
+		a.p.log.Info("a transaction sent again after the connection was lost: the events the broker had acknowledged are not published again",
 			"xid", r.xid, "commit_lsn", r.final, "not_published_again", r.skipped)
 	}
 	r.cur, r.earlier = nil, nil
@@ -233,9 +233,9 @@ func (p *Pipeline) resendCommit(end pglogrepl.LSN) {
 
 // resendLost is a lost connection: every transaction not yet confirmed
 // comes again, in the order it came.
-func (p *Pipeline) resendLost() {
-	r := &p.resend
-	confirmed := p.ckpt.Confirmed()
+func (a *atLeastOnce) resendLost() {
+	r := &a.resend
+	confirmed := a.p.ckpt.Confirmed()
 	var again []*sentTx
 	for _, s := range r.sent {
 		if s.end == 0 || s.end > confirmed {

@@ -31,11 +31,12 @@ import (
 // itself, met at the checkpoint's position with no commit before it
 // (verifyLone).
 func (p *Pipeline) Verify(m checkpoint.Mark) {
-	if p.txp == nil || m.End <= p.ckpt.Confirmed() {
+	eo, ok := p.d.(*exactlyOnce)
+	if !ok || m.End <= p.ckpt.Confirmed() {
 		return
 	}
-	p.verify = &m
-	p.namedPassed = m.CommitEnd() < m.End && m.CommitEnd() <= p.ckpt.Confirmed()
+	eo.verify = &m
+	eo.namedPassed = m.CommitEnd() < m.End && m.CommitEnd() <= p.ckpt.Confirmed()
 	p.ckpt.Hold(true)
 }
 
@@ -47,34 +48,32 @@ func (p *Pipeline) Verify(m checkpoint.Mark) {
 // its records are in Kafka all the same). A failover to a standby whose
 // timeline forked before it, or a server whose WAL ends before it, finds a
 // history lost. Call it from the replication goroutine.
-func (p *Pipeline) Newest() pglogrepl.LSN {
-	n := max(p.HandedOn(), p.through)
-	if p.verify != nil {
-		n = max(n, p.verify.End)
-	}
-	return n
-}
+func (p *Pipeline) Newest() pglogrepl.LSN { return max(p.HandedOn(), p.d.reach()) }
 
 // HandedOn is the newest position handed on: the end of the newest
 // transaction committed to the tracker, or the newest change produced in
 // at-least-once delivery, whichever is later. The published record says
 // it (at-least-once). Safe from any goroutine.
 func (p *Pipeline) HandedOn() pglogrepl.LSN {
-	return max(p.ckpt.Newest(), pglogrepl.LSN(p.produced.Load()))
+	n := p.ckpt.Newest()
+	if a, ok := p.d.(*atLeastOnce); ok {
+		n = max(n, pglogrepl.LSN(a.newest.Load()))
+	}
+	return n
 }
 
 // verifyBegin decides on a transaction whose commit record starts at final
-// while the checkpoint is not verified: skipped tentatively if it ends
-// before the checkpoint's commit, which it may be; otherwise the stream
-// has passed the checkpoint without meeting its commit.
-func (p *Pipeline) verifyBegin(final pglogrepl.LSN) error {
+// while the checkpoint is not verified: skipped tentatively (skip) if it
+// ends before the checkpoint's commit, which it may be; otherwise the
+// stream has passed the checkpoint without meeting its commit.
+func (e *exactlyOnce) verifyBegin(final pglogrepl.LSN) (skip bool, err error) {
 	// Nothing commits between a lone message's checkpoint's named commit
 	// and the message: a transaction there refutes it.
-	if final < p.verify.CommitEnd() && !p.namedPassed {
-		p.skipping, p.unproven = true, true
-		return nil
+	if final < e.verify.CommitEnd() && !e.namedPassed {
+		e.unproven = true
+		return true, nil
 	}
-	return p.refute(final, 0, time.Time{}, p.tentative)
+	return false, e.refute(final, 0, time.Time{}, e.tentative)
 }
 
 // verifyLone decides on a non-transactional message at at while the
@@ -89,21 +88,21 @@ func (p *Pipeline) verifyBegin(final pglogrepl.LSN) error {
 // otherwise, the stream passed the checkpoint without meeting its commit:
 // refuted, and the message is then set aside as usual (skip false), unless
 // transactions skipped tentatively must be read again first.
-func (p *Pipeline) verifyLone(at pglogrepl.LSN) (skip bool, err error) {
-	m := p.verify
+func (e *exactlyOnce) verifyLone(at pglogrepl.LSN) (skip bool, err error) {
+	m, p := e.verify, e.p
 	switch {
-	case at == m.End && p.namedPassed && p.tentative == 0:
-		p.verify, p.namedPassed = nil, false
-		p.through = max(p.through, m.End)
+	case at == m.End && e.namedPassed && e.tentative == 0:
+		e.verify, e.namedPassed = nil, false
+		e.through = max(e.through, m.End)
 		p.ckpt.Hold(false)
 		p.log.Info("skipping a non-transactional message whose dead-letter record Kafka holds already (exactly-once): the Kafka checkpoint was written at it, "+
 			"after the commit it names, which this server's slot had confirmed", "checkpoint_lsn", m.End, "named_commit_lsn", m.Named, "xid", m.Xid)
 		return true, nil
-	case at < m.CommitEnd() && !p.namedPassed:
-		p.tentative++
+	case at < m.CommitEnd() && !e.namedPassed:
+		e.tentative++
 		return true, nil
 	}
-	return false, p.refute(at, 0, time.Time{}, p.tentative)
+	return false, e.refute(at, 0, time.Time{}, e.tentative)
 }
 
 // verifyCommit ends a tentatively skipped transaction that ended at end.
@@ -111,36 +110,40 @@ func (p *Pipeline) verifyLone(at pglogrepl.LSN) (skip bool, err error) {
 // tentatively was in Kafka; it goes on to the tracker's Commit, which
 // confirms it. It ends before: it stays skipped tentatively, out of the
 // tracker (tentative reports true). Otherwise the checkpoint is refuted.
-func (p *Pipeline) verifyCommit(end pglogrepl.LSN) (tentative bool, err error) {
-	m, at := p.verify, time.Unix(0, p.commitTime).UTC()
+func (e *exactlyOnce) verifyCommit(end pglogrepl.LSN, xid uint32) (tentative bool, err error) {
+	p := e.p
+	m, at := e.verify, time.Unix(0, p.commitTime).UTC()
+	e.unproven = false
 	switch {
-	case m.Is(end, p.xid, at):
-		p.verify, p.unproven = nil, false
-		p.through = max(p.through, m.End)
+	case m.Is(end, xid, at):
+		e.verify = nil
+		e.through = max(e.through, m.End)
 		p.ckpt.Hold(false)
-		p.skippedTx.Add(p.tentative + 1)
+		e.skippedTx.Add(e.tentative + 1)
 		p.log.Info("skipping transactions that Kafka holds already (exactly-once): the Kafka checkpoint's commit is on this server's history, "+
 			"so the transactions up to it that PostgreSQL sent again are in Kafka",
-			"checkpoint_lsn", m.End, "xid", m.Xid, "commit_time", m.CommitTime, "skipped", p.tentative+1)
-		p.tentative = 0
+			"checkpoint_lsn", m.End, "xid", m.Xid, "commit_time", m.CommitTime, "skipped", e.tentative+1)
+		e.tentative = 0
 		return false, nil
-	case end < m.CommitEnd() && !p.namedPassed:
-		p.tentative++
-		p.skipping, p.unproven = false, false
+	case end < m.CommitEnd() && !e.namedPassed:
+		e.tentative++
+		p.skipping = false
 		p.ckpt.Discard(p.tx)
 		p.tx = nil
 		return true, nil
 	}
 	// This transaction's rows were skipped too.
-	return false, p.refute(end, p.xid, at, p.tentative+1)
+	return false, e.refute(end, xid, at, e.tentative+1)
 }
 
 // refute ends the verification: the stream reached at without meeting the
 // checkpoint's commit, after skipping skipped transactions tentatively,
 // which are read again.
-func (p *Pipeline) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time, skipped uint64) error {
-	m := *p.verify
-	p.verify, p.unproven, p.skipping, p.tentative, p.namedPassed = nil, false, false, 0, false
+func (e *exactlyOnce) refute(at pglogrepl.LSN, xid uint32, commitTime time.Time, skipped uint64) error {
+	p := e.p
+	m := *e.verify
+	e.verify, e.unproven, e.tentative, e.namedPassed = nil, false, 0, false
+	p.skipping = false
 	p.ckpt.Hold(false)
 	p.obs.LostHistory()
 	found := "no commit there"
