@@ -140,6 +140,7 @@ var allowedImports = map[string][]string{
 	"internal/pipeline":    {"internal/checkpoint", "internal/decoder", "internal/mapping", "outbox/contract"},
 	"internal/replication": {"internal/decoder", "outbox/pgname"},
 	"internal/republish":   {"internal/mapping", "outbox/pgname", "internal/pipeline", "internal/replication"},
+	"internal/schema":      nil,
 	"internal/sink":        nil,
 	"internal/testenv":     nil,
 	"internal/tracing":     nil,
