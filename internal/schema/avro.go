@@ -37,8 +37,9 @@ type avroCodec struct {
 }
 
 func compileAvro(text string) (*avroCodec, error) {
-	// A cache of its own per schema: the package's default cache is keyed
-	// by full name, and two versions of a subject name the same record.
+	// A cache of its own per schema: hamba/avro's default one is shared by
+	// the whole process and keyed by full name, so a schema naming a type
+	// it does not define would find another subject's type there.
 	s, err := avro.ParseWithCache(text, "", &avro.SchemaCache{})
 	if err != nil {
 		return nil, err

@@ -148,10 +148,16 @@ func TestAvroMismatchPath(t *testing.T) {
 	}
 }
 
-// TestAvroVersionsApart: two versions of one record name compile side by
-// side (the default schema cache of hamba/avro is keyed by name, and
-// would make the second parse see the first).
-func TestAvroVersionsApart(t *testing.T) {
+// TestAvroSchemasApart: a schema is read on its own. hamba/avro's default
+// parse keeps every named type it met in a package-wide cache, where a
+// second schema naming a type it does not define would find another
+// subject's type instead of failing; and two versions of one record stay
+// two schemas.
+func TestAvroSchemasApart(t *testing.T) {
+	mustAvro(t, paymentAvro) // defines com.example.Payer
+	if _, err := compileAvro(`{"type":"record","name":"Refund","namespace":"com.example","fields":[{"name":"payer","type":"com.example.Payer"}]}`); err == nil {
+		t.Error("a schema naming a type it does not define compiled: it found another schema's")
+	}
 	v1 := mustAvro(t, `{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}`)
 	v2 := mustAvro(t, `{"type":"record","name":"R","fields":[{"name":"a","type":"int"},{"name":"b","type":"string"}]}`)
 	if _, m := v1.encode([]byte(`{"a":1}`)); m != nil {

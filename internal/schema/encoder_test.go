@@ -3,9 +3,13 @@ package schema
 import (
 	"context"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +47,12 @@ func (c *calls) get() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+func (c *calls) failures() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
 }
 
 func (c *calls) total() int {
@@ -245,8 +255,8 @@ func TestEncodeRegistryFaults(t *testing.T) {
 		fake.Close()
 		_, _, err := mustEncoder(t, r, Config{Format: Avro, Refresh: time.Hour}).Encode(ctx, ev)
 		check(t, err, 0, true, "no response")
-		if c.failed != 1 {
-			t.Errorf("observer saw %d failed calls, want 1", c.failed)
+		if n := c.failures(); n != 1 {
+			t.Errorf("observer saw %d failed calls, want 1", n)
 		}
 	})
 	t.Run("slow", func(t *testing.T) {
@@ -391,6 +401,38 @@ func TestEncodeUnusableSchema(t *testing.T) {
 	}
 	if c.total() != 2 {
 		t.Errorf("registry calls %v, want 2: an unusable schema is kept like a usable one", c.get())
+	}
+}
+
+// TestRegistryTLS: an https registry is trusted through the CA file; without
+// it the certificate does not verify, which waiting does not change.
+func TestRegistryTLS(t *testing.T) {
+	fake := srfake.New()
+	defer fake.Close()
+	fake.SeedSchema("orders-value", 1, 11, sr.Schema{Schema: orderV1})
+	srv := httptest.NewTLSServer(fake.Handler())
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ev := Event{Topic: "orders", Payload: []byte(`{"id":"o","total":1}`)}
+	for _, c := range []struct {
+		ca string
+		ok bool
+	}{{ca, true}, {"", false}} {
+		r, err := NewRegistry(RegistryConfig{URL: srv.URL, CAFile: c.ca})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = mustEncoder(t, r, Config{Format: Avro, Refresh: time.Hour}).Encode(context.Background(), ev)
+		var re *RegistryError
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("with the CA file: %v", err)
+		case !c.ok && (!errors.As(err, &re) || re.Status != 0 || Retryable(err)):
+			t.Errorf("without the CA file: %v (retryable %v); want a *RegistryError, not retryable", err, Retryable(err))
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package schema
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -94,7 +96,8 @@ func (e *SchemaError) Unwrap() error { return e.Err }
 // Retryable says whether the same call may succeed later without anything
 // changing but the registry: it had no answer, was too slow, refused the
 // credentials (which are rotated), throttled, or failed on its side. A
-// mismatch, a missing subject or an unusable schema is not retryable.
+// mismatch, a missing subject, an unusable schema, a certificate that does
+// not verify or any other refused request is not retryable.
 func Retryable(err error) bool {
 	var re *RegistryError
 	if !errors.As(err, &re) {
@@ -103,8 +106,13 @@ func Retryable(err error) bool {
 	switch {
 	case re.Status == 0:
 		// No answer at all: refused connection, reset, or the call's
-		// timeout passed.
-		return true
+		// timeout passed; but a certificate that does not verify stays
+		// so until the CA file or the registry's certificate is changed.
+		var cv *tls.CertificateVerificationError
+		var ua x509.UnknownAuthorityError
+		var he x509.HostnameError
+		var ci x509.CertificateInvalidError
+		return !errors.As(re.Err, &cv) && !errors.As(re.Err, &ua) && !errors.As(re.Err, &he) && !errors.As(re.Err, &ci)
 	case re.Status == http.StatusUnauthorized, re.Status == http.StatusForbidden,
 		re.Status == http.StatusRequestTimeout, re.Status == http.StatusTooManyRequests,
 		re.Status >= 500:
