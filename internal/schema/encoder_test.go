@@ -68,7 +68,7 @@ const orderV2 = `{"type":"record","name":"Order","namespace":"com.example","fiel
 
 // fakeRegistry is srfake's registry with a Registry on it whose clock the
 // test moves.
-func fakeRegistry(t *testing.T, cfg RegistryConfig, opts ...srfake.Option) (*srfake.Registry, *Registry, *calls, *time.Time) {
+func fakeRegistry(t testing.TB, cfg RegistryConfig, opts ...srfake.Option) (*srfake.Registry, *Registry, *calls, *time.Time) {
 	t.Helper()
 	fake := srfake.New(opts...)
 	t.Cleanup(fake.Close)
@@ -83,7 +83,7 @@ func fakeRegistry(t *testing.T, cfg RegistryConfig, opts ...srfake.Option) (*srf
 	return fake, r, c, &now
 }
 
-func mustEncoder(t *testing.T, r *Registry, cfg Config) *Encoder {
+func mustEncoder(t testing.TB, r *Registry, cfg Config) *Encoder {
 	t.Helper()
 	e, err := NewEncoder(r, cfg)
 	if err != nil {

@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -50,14 +49,15 @@ func (noLoader) Load(url string) (any, error) {
 var english = message.NewPrinter(language.English)
 
 func (c *jsonSchemaCodec) validate(payload []byte) *mismatch {
-	if _, m := decodeJSON(payload); m != nil {
+	// decodeJSON reads the payload as the validator's own
+	// jsonschema.UnmarshalJSON does (numbers as json.Number, objects as
+	// map[string]any), so its value is the instance: the payload is
+	// parsed once.
+	inst, m := decodeJSON(payload)
+	if m != nil {
 		return m
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
-	if err != nil {
-		return &mismatch{"$", "not JSON: " + err.Error()}
-	}
-	err = c.schema.Validate(inst)
+	err := c.schema.Validate(inst)
 	if err == nil {
 		return nil
 	}
