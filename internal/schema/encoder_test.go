@@ -484,3 +484,33 @@ func TestRetryable(t *testing.T) {
 		}
 	}
 }
+
+// TestRegisterFile: the opt-in registration reads the schema from a file
+// and registers it under the subject; the encoder then writes by it.
+func TestRegisterFile(t *testing.T) {
+	fake, r, c, _ := fakeRegistry(t, RegistryConfig{})
+	path := filepath.Join(t.TempDir(), "order.avsc")
+	if err := os.WriteFile(path, []byte(orderV1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.RegisterFile(context.Background(), "orders-value", Avro, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := fake.GetSchema("orders-value", s.Version); !ok || got.ID != s.ID {
+		t.Fatalf("registered %+v; the registry has %+v, %v", s, got, ok)
+	}
+	v, used, err := mustEncoder(t, r, Config{Format: Avro, Refresh: time.Hour}).Encode(context.Background(), Event{Topic: "orders", Payload: []byte(`{"id":"o","total":1}`)})
+	if err != nil || used.ID != s.ID {
+		t.Fatalf("encoded by %+v, %v; want id %d", used, err, s.ID)
+	}
+	if id, _ := decodeAvro(t, v, orderV1); id != s.ID {
+		t.Errorf("header id %d, want %d", id, s.ID)
+	}
+	if got := c.get(); got[OpRegister] != 1 {
+		t.Errorf("registry calls %v, want one register", got)
+	}
+	if _, err := r.RegisterFile(context.Background(), "orders-value", Avro, filepath.Join(t.TempDir(), "missing.avsc")); err == nil {
+		t.Error("registered a file that does not exist")
+	}
+}
