@@ -514,3 +514,40 @@ func TestRegisterFile(t *testing.T) {
 		t.Error("registered a file that does not exist")
 	}
 }
+
+// TestEncodeConcurrently: one Encoder (and its Registry) used by several
+// goroutines at once, under the race detector, each value right.
+func TestEncodeConcurrently(t *testing.T) {
+	fake, r, c, _ := fakeRegistry(t, RegistryConfig{})
+	fake.SeedSchema("orders-value", 1, 11, sr.Schema{Schema: orderV1})
+	fake.SeedSchema("refunds-value", 1, 12, sr.Schema{Schema: orderV1})
+	e := mustEncoder(t, r, Config{Format: Avro, Refresh: time.Hour})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			topic := []string{"orders", "refunds"}[g%2]
+			for i := range 100 {
+				v, s, err := e.Encode(context.Background(), Event{Topic: topic, Payload: fmt.Appendf(nil, `{"id":"%d-%d","total":%d}`, g, i, i)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if id, body, err := header.DecodeID(v); err != nil || id != s.ID || len(body) == 0 {
+					errs <- fmt.Errorf("value % x: id %d, want %d (%v)", v, id, s.ID, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Goroutines missing the same entry at once may each ask; never more
+	// than once per goroutine and subject.
+	if n := c.total(); n < 2 || n > 8 {
+		t.Errorf("%d registry calls for 800 events of 2 subjects by 8 goroutines, want 2 to 8", n)
+	}
+}
