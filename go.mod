@@ -3,20 +3,24 @@ module github.com/cdc-outbox/cdc-outbox
 go 1.26.0
 
 require (
+	github.com/bufbuild/protocompile v0.14.1
 	github.com/cdc-outbox/cdc-outbox/consume v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/consume/consumeotel v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/consume/consumeprom v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/idempotency v0.0.0-00010101000000-000000000000
 	github.com/cdc-outbox/cdc-outbox/outbox v0.0.0-00010101000000-000000000000
 	github.com/cloudevents/sdk-go/v2 v2.16.2
+	github.com/hamba/avro/v2 v2.31.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+	github.com/twmb/franz-go/pkg/sr v1.8.0
 	github.com/twmb/franz-go/plugin/kotel v1.7.1
 	github.com/twmb/franz-go/plugin/kprom v1.5.0
 	github.com/twmb/franz-go/plugin/kslog v1.0.0
@@ -27,6 +31,8 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.48.0
+	golang.org/x/text v0.42.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -35,6 +41,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
@@ -58,11 +65,9 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/grpc v1.83.2 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 // The libraries are modules of their own, so that a service importing one

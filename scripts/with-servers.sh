@@ -70,4 +70,10 @@ fi
 : "${CDC_OUTBOX_TEST_JAEGER_CTL:=$repo/scripts/jaeger.sh}"
 export CDC_OUTBOX_TEST_JAEGER_CTL
 
+# The schema registry of the schema encoders' tests (internal/schema):
+# each such test starts and stops Apicurio Registry through this script,
+# which fetches it once into .local (scripts/apicurio.sh).
+: "${CDC_OUTBOX_TEST_REGISTRY_CTL:=$repo/scripts/apicurio.sh}"
+export CDC_OUTBOX_TEST_REGISTRY_CTL
+
 "$@"
