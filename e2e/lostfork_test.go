@@ -477,14 +477,22 @@ func readSourced(t *testing.T, topic string, readCommitted bool) []sourced {
 //     restored cluster writes past the checkpoint's LSN before cdc-outbox
 //     starts; cdc-outbox skips the transactions before it tentatively,
 //     finds another commit there (or none), and reads them again.
+//   - slot-before-writes-lone-message: the same, and the restored cluster
+//     also emits a non-transactional outbox message among its first
+//     writes, before the checkpoint's LSN. Skipped tentatively like the
+//     transactions around it, its dead-letter record must not confirm its
+//     position: the refutation reads again from where the stream began,
+//     and the transactions before the message are published.
 func TestExactlyOnceRestoredBaseBackup(t *testing.T) {
-	for _, slotFirst := range []bool{false, true} {
-		name := map[bool]string{false: "recreate-slot", true: "slot-before-writes"}[slotFirst]
-		t.Run(name, func(t *testing.T) { restoredBaseBackup(t, slotFirst) })
+	for _, c := range []struct {
+		name            string
+		slotFirst, lone bool
+	}{{"recreate-slot", false, false}, {"slot-before-writes", true, false}, {"slot-before-writes-lone-message", true, true}} {
+		t.Run(c.name, func(t *testing.T) { restoredBaseBackup(t, c.slotFirst, c.lone) })
 	}
 }
 
-func restoredBaseBackup(t *testing.T, slotFirst bool) {
+func restoredBaseBackup(t *testing.T, slotFirst, lone bool) {
 	began := time.Now()
 	old := testenv.Cluster(t, testenv.ClusterOptions{})
 	// The backup: a standby, stopped, later started without standby.signal
@@ -549,6 +557,16 @@ func restoredBaseBackup(t *testing.T, slotFirst bool) {
 			if err := wl.write(ctx, w, 200, 5, "payment", false); err != nil {
 				t.Fatal(err)
 			}
+			if lone && w == 10 {
+				var below bool
+				if err := pool.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'cdc_outbox', '{"v":1,"id":"lone-restored"}') < $1::pg_lsn`,
+					cp.LSN.String()).Scan(&below); err != nil {
+					t.Fatal(err)
+				}
+				if !below {
+					t.Fatalf("the lone message lies past the Kafka checkpoint %s: the test needs it before", cp.LSN)
+				}
+			}
 			var past bool
 			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() > $1::pg_lsn`, cp.LSN.String()).Scan(&past); err != nil {
 				t.Fatal(err)
@@ -557,6 +575,9 @@ func restoredBaseBackup(t *testing.T, slotFirst bool) {
 				break
 			}
 		}
+	}
+	if lone {
+		flags = append(flags, "--on-bad-event", "dead-letter", "--dead-letter-topic", e.prefix+".dead-letter")
 	}
 	st = e.eo(flags...)
 	e.waitStreaming()
