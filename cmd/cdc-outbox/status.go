@@ -207,6 +207,13 @@ type statusReport struct {
 	TableInPublication bool           `json:"table_in_publication"`
 	TableRowsEstimate  int64          `json:"table_rows_estimate"`
 	Outboxes           []statusOutbox `json:"outboxes"`
+	// TemporaryTables are temporary tables (any session's) that match a
+	// pattern: never streamed.
+	TemporaryTables []string `json:"temporary_tables"`
+	// Membership says whether tables that come to match a pattern join the
+	// publication by themselves: "installed", "all tables" (a publication
+	// FOR ALL TABLES), "missing"; "" without a pattern.
+	Membership string `json:"membership_trigger"`
 
 	Delivery           string `json:"delivery"`
 	KafkaCheckpointLSN string `json:"kafka_checkpoint_lsn"`
@@ -278,6 +285,7 @@ func newStatusReport(c *statusConfig) *statusReport {
 		FailoverStandbys:   []failoverStandby{},
 		Table:              statusTable(c.Table),
 		Outboxes:           []statusOutbox{},
+		TemporaryTables:    []string{},
 		TableRowsEstimate:  -1,
 		Delivery:           c.kafka.Delivery,
 		KafkaCheckpointLSN: "0/0",
@@ -295,7 +303,7 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 		name = ps[0].Name()
 	}
 	in, err := replication.Inspect(ctx, c.PostgresURL, replication.Names{Slot: c.Slot, Publication: c.Publication, Table: name})
-	var outboxes []replication.OutboxInspection
+	var outboxes replication.OutboxesInspection
 	if err == nil {
 		outboxes, err = replication.InspectOutboxes(ctx, c.PostgresURL, c.Publication, ps)
 	}
@@ -310,7 +318,8 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 		return r
 	}
 	r.fill(in)
-	r.fillOutboxes(outboxes, !one)
+	r.fillOutboxes(outboxes.Tables, !one)
+	r.fillMembership(outboxes, c.Publication)
 	if c.MetricsURL != "" {
 		r.readStreamed(ctx, c.MetricsURL)
 	}
@@ -474,6 +483,30 @@ func (r *statusReport) fillOutboxes(outboxes []replication.OutboxInspection, man
 	r.TableRowsEstimate = -1
 	if r.TableExists {
 		r.TableRowsEstimate = rows
+	}
+}
+
+// fillMembership reports the temporary tables the patterns match and
+// whether tables that come to match join the publication, each a warning
+// when it costs events.
+func (r *statusReport) fillMembership(in replication.OutboxesInspection, publication string) {
+	for _, t := range in.Temporary {
+		r.TemporaryTables = append(r.TemporaryTables, t.Name.String())
+		r.Warnings = append(r.Warnings, fmt.Sprintf("temporary table %s matches --table but is not streamed: a temporary table is private to its session and its rows are never written to the WAL; "+
+			"if it was meant as an outbox, create it as a permanent table", t.Name))
+	}
+	m := in.Membership
+	switch {
+	case m == nil:
+	case m.AllTables:
+		r.Membership = "all tables"
+	case m.Complete():
+		r.Membership = "installed"
+	default:
+		r.Membership = "missing"
+		r.Warnings = append(r.Warnings, fmt.Sprintf("tables that come to match --table will not join publication %q, so none of their rows will be streamed until each is added by hand: "+
+			"the membership trigger is not installed, or not for these patterns. cdc-outbox run installs it when its role is a superuser (with --create-publication); otherwise run once, as a superuser: %s",
+			publication, in.Command))
 	}
 }
 
@@ -767,6 +800,12 @@ func (r *statusReport) writeText(w io.Writer) {
 				line += ", last event " + o.LastEvent
 			}
 			add("  "+o.Table, "%s", line)
+		}
+		if r.Membership != "" {
+			add("  membership trigger", "%s", r.Membership)
+		}
+		for _, t := range r.TemporaryTables {
+			add("  "+t, "TEMPORARY: not streamed")
 		}
 	} else if len(r.Outboxes) == 1 && r.Outboxes[0].EventsStreamed >= 0 {
 		add("  streamed", "%d", r.Outboxes[0].EventsStreamed)
