@@ -195,21 +195,22 @@ func failoverPastTheFork(t *testing.T, delivery string, down bool) {
 			t.Fatalf("after republish, %d events share source and id with an event of the lost history", after.collisions)
 		}
 	}
+	// status shows the epoch, and warns of the lost history, in either
+	// delivery (the epochs record is in the checkpoint topic in both).
+	out, err := exec.Command(binary, "status", "--json", "--postgres-url", e.runURL, "--slot", e.slot,
+		"--delivery", delivery, "--kafka-brokers", e.brokers[0]).Output()
+	var status struct {
+		HistoryEpoch int      `json:"history_epoch"`
+		Epochs       []string `json:"history_epochs"`
+		Warnings     []string
+	}
+	if jerr := json.Unmarshal(out, &status); jerr != nil {
+		t.Fatalf("status --json: %v (%v): %s", jerr, err, out)
+	}
+	if status.HistoryEpoch != 1 || len(status.Epochs) != 1 || !slices.ContainsFunc(status.Warnings, func(w string) bool { return strings.Contains(w, "cdc-outbox lost-events") }) {
+		t.Fatalf("%s: status does not show the history epoch and warn of the lost history: %s", delivery, out)
+	}
 	if delivery == "exactly-once" {
-		// status shows the epoch, and warns of the lost history.
-		out, err := exec.Command(binary, "status", "--json", "--postgres-url", e.runURL, "--slot", e.slot,
-			"--delivery", "exactly-once", "--kafka-brokers", e.brokers[0]).Output()
-		var status struct {
-			HistoryEpoch int      `json:"history_epoch"`
-			Epochs       []string `json:"history_epochs"`
-			Warnings     []string
-		}
-		if jerr := json.Unmarshal(out, &status); jerr != nil {
-			t.Fatalf("status --json: %v (%v): %s", jerr, err, out)
-		}
-		if status.HistoryEpoch != 1 || len(status.Epochs) != 1 || !slices.ContainsFunc(status.Warnings, func(w string) bool { return strings.Contains(w, "cdc-outbox lost-events") }) {
-			t.Fatalf("status does not show the history epoch and warn of the lost history: %s", out)
-		}
 		log := st.logText()
 		if !strings.Contains(log, `"msg":"lost history: the Kafka checkpoint lies on WAL this server never had`) {
 			t.Fatalf("the restart does not report the lost history:\n%s", tailOf(log, 3000))
