@@ -72,7 +72,7 @@ func readMembership(ctx context.Context, conn *pgx.Conn, publication string, ws 
 		EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'cdc_outbox_membership' AND evtenabled <> 'D'
 			AND obj_description(oid, 'pg_event_trigger') = $2),
 		(SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
-		to_regclass('cdc_outbox.membership') IS NOT NULL AND has_table_privilege('cdc_outbox.membership', 'SELECT')`,
+		CASE WHEN to_regclass('cdc_outbox.membership') IS NULL THEN false ELSE has_table_privilege('cdc_outbox.membership', 'SELECT') END`,
 		publication, membershipVersion).Scan(&m.AllTables, &m.Installed, &m.Superuser, &readable)
 	if err != nil {
 		return m, fmt.Errorf("read whether the membership trigger (sql/outbox-membership.sql) is installed: %w", err)
