@@ -338,15 +338,6 @@ func digest(r *kgo.Record, eventType string) [sha256.Size]byte {
 	return sum
 }
 
-func recordHeader(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
 // readSourceRecords reads each topic to its last stable offset, as a
 // read_committed consumer does (an aborted transaction's records are no
 // events), and keeps the records whose source is source, in whichever

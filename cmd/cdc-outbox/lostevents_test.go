@@ -126,3 +126,13 @@ func TestLostEventsFormatMismatch(t *testing.T) {
 		t.Errorf("sameFormat of the same format: %v", err)
 	}
 }
+
+// recordHeader is the value of a record's header key, "" when absent.
+func recordHeader(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
