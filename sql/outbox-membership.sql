@@ -141,7 +141,8 @@ END
 $$;
 
 -- The commands that may make a table match. A trigger installed by an
--- earlier version of this file with fewer of them is replaced.
+-- earlier version of this file with fewer of them is replaced, a disabled
+-- one enabled.
 DO $$
 DECLARE
     tags text[] := ARRAY['CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA', 'ALTER SCHEMA'];
@@ -153,6 +154,8 @@ BEGIN
         EXECUTE format('CREATE EVENT TRIGGER cdc_outbox_membership ON ddl_command_end WHEN TAG IN (%s) EXECUTE FUNCTION cdc_outbox.add_matching_tables()',
             (SELECT string_agg(quote_literal(tag), ', ') FROM unnest(tags) tag));
     END IF;
+    -- Installing it is asking for it to work: a disabled one is enabled.
+    ALTER EVENT TRIGGER cdc_outbox_membership ENABLE;
 END
 $$;
 

@@ -153,7 +153,11 @@ func prepareMembership(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.L
 	if err != nil || m.Complete() {
 		return err
 	}
-	if s.CreatePublication && m.Superuser {
+	why := "the role is no superuser (event triggers need one)"
+	switch {
+	case !s.CreatePublication:
+		why = "creating what is missing is turned off"
+	case m.Superuser:
 		err := installMembership(ctx, conn, s.Publication, ws)
 		if err == nil {
 			log.Info("installed the membership trigger (sql/outbox-membership.sql): a table created, renamed or moved so that it matches an outbox pattern "+
@@ -161,15 +165,11 @@ func prepareMembership(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.L
 			return nil
 		}
 		// The tables that match now stream; say what the others need.
-		log.Error("could not install the membership trigger", "error", err, "publication", s.Publication)
+		why = "installing it failed: " + err.Error()
 	}
 	var database string
 	if err := conn.QueryRow(ctx, `SELECT current_database()::text`).Scan(&database); err != nil {
 		return err
-	}
-	why := "the role is no superuser (event triggers need one)"
-	if !s.CreatePublication {
-		why = "creating what is missing is turned off"
 	}
 	log.Error("tables that come to match an outbox pattern after now will not join the publication, so none of their rows will be streamed "+
 		"until each is added by hand: the membership trigger is not installed, or not for these patterns, and "+why+". "+
