@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
 
@@ -179,4 +183,56 @@ func TestRepublishResumesTimestampWithoutZone(t *testing.T) {
 		t.Fatalf("republish --since %q (the resume hint): want %s:\n%s", hint, want, out)
 	}
 	t.Logf("resumed with --since '%s': %s", hint, want)
+}
+
+// TestRepublishExplicitSourceTakesTheEpoch: after a lost history the
+// stream publishes under its source with /epoch-N, whether the source is
+// its default or given (--source, or source: in the configuration file
+// run and republish share); republish with an explicit source does the
+// same, so that none of its rows shares source and id with an event of the
+// lost history, as republish with the default source already did. The
+// epochs record is the one a stream writes when it finds a lost history.
+// Before the fix, both explicit forms published under the bare source.
+func TestRepublishExplicitSourceTakesTheEpoch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	testenv.Exec(t, e.url, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'payment', 'pay-' || g, 'PaymentCreated', jsonb_build_object('seq', g) FROM generate_series(1, 30) g`)
+	checkpoints := e.prefix + ".checkpoints"
+	w, err := sink.NewStreamRecords(sink.Config{Brokers: e.brokers}, checkpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	epochs := checkpoint.Epochs{{N: 2, Timeline: 2, From: 0x3000000, LostEpoch: 1, LostTimeline: 1, LostFrom: 0x2000000, LostTo: 0x2F00000, At: time.Now()}}
+	if err := w.Write(ctx, sink.EpochsKey(e.streamIdentity()), epochs.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "cdc-outbox.yaml")
+	if err := os.WriteFile(file, []byte("source: billing-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		how  string
+		args []string
+		want string
+	}{
+		{"--source", []string{"--source", "billing"}, "billing/epoch-2"},
+		{"source: in the configuration file", []string{"--config", file}, "billing-file/epoch-2"},
+	} {
+		e.prefix = testenv.Name("e2e") // a topic of each run's own
+		out := e.republish(append(c.args, "--slot", e.slot, "--checkpoint-topic", checkpoints)...)
+		if !strings.Contains(out, "the stream is in a later history epoch") {
+			t.Errorf("republish with %s does not say it publishes under the epoch's source:\n%s", c.how, out)
+		}
+		sources := map[string]int{}
+		for _, r := range readSourced(t, e.topic("payment"), false) {
+			sources[r.source]++
+		}
+		t.Logf("republish with %s: records by source %v", c.how, sources)
+		if len(sources) != 1 || sources[c.want] != 30 {
+			t.Errorf("republish with %s: records by source %v, want all 30 under %q", c.how, sources, c.want)
+		}
+	}
 }

@@ -85,7 +85,8 @@ func runFlags(c *runConfig) *flags {
 	f.String(&c.Table, "table", contract.DefaultTable, runTableHelp)
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication to stream")
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot; it keeps the position across restarts")
-	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing")
+	f.Bool(&c.CreatePublication, "create-publication", true, "create the publication (FOR TABLE <table> WITH (publish = 'insert'), and publish_via_partition_root = true for a partitioned table) when it is missing; "+
+		"for a --table pattern, as a superuser, also install the membership trigger (sql/outbox-membership.sql) that adds tables created later to it")
 	f.Bool(&c.CreateSlot, "create-slot", true, "create the replication slot (pgoutput) when it is missing")
 	f.Bool(&c.RecreateSlot, "recreate-slot", false, "create the slot again when cdc-outbox made it before and it is gone, or drop and create it again when it lost its WAL (wal_status lost); changes in between are NOT streamed")
 	f.Bool(&c.SlotFailover, "slot-failover", true, "on PostgreSQL 17+, make the slot a failover slot (created with failover = true, or switched to it at start), "+

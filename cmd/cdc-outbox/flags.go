@@ -23,8 +23,10 @@ type flags struct {
 	about  string
 	config string // --config
 	// origin is where parse found each flag that was not on the command
-	// line: its environment variable, or file:line.
+	// line: its environment variable, or file:line; set, the flags that
+	// were.
 	origin map[string]string
+	set    map[string]bool
 	// outboxes receives the configuration file's outboxes list, for the
 	// command that has one (run's); nil for the others, which ignore it.
 	outboxes *[]outboxEntry
@@ -119,6 +121,7 @@ func (f *flags) parse(args []string, out io.Writer) error {
 	}
 	set := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	f.set = set
 	path := f.config
 	if v, ok := os.LookupEnv(envName(configFlag)); ok && !set[configFlag] {
 		path = v
@@ -179,6 +182,10 @@ func (f *flags) commandLineError(err error) error {
 func (f *flags) badValue(name, value string) error {
 	return fmt.Errorf("--%s%s %q: want %s", name, f.from(name), value, wantType(name, f.fs.Lookup(name)))
 }
+
+// given reports whether a flag was given a value: on the command line, by
+// its environment variable or in the configuration file.
+func (f *flags) given(name string) bool { return f.set[name] || f.origin[name] != "" }
 
 // from says where a flag's value came from when not from the command line:
 // " (from CDC_OUTBOX_SLOT)" or " (from cdc-outbox.yaml:3)".

@@ -138,7 +138,7 @@ var allowedImports = map[string][]string{
 	"internal/mapping":     {"outbox/contract", "outbox/topic"},
 	"internal/metrics":     nil,
 	"internal/pipeline":    {"internal/checkpoint", "internal/decoder", "internal/mapping", "outbox/contract"},
-	"internal/replication": {"internal/decoder", "outbox/pgname"},
+	"internal/replication": {"internal/decoder", "outbox/pgname", "sql"},
 	"internal/republish":   {"internal/mapping", "outbox/pgname", "internal/pipeline", "internal/replication"},
 	"internal/relay": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/pipeline", "internal/replication",
 		"internal/sink", "outbox/pgname"},

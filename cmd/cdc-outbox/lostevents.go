@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
@@ -30,6 +31,7 @@ type lostEventsConfig struct {
 	runConfig
 	Topics  string
 	Epoch   int
+	Since   string
 	Timeout time.Duration
 }
 
@@ -39,7 +41,9 @@ func lostEventsFlags(c *lostEventsConfig) *flags {
 		"published of the WAL the server no longer has stay in Kafka, their transactions gone from the database. This reads the\n"+
 		"topics and the outbox table and prints, one JSON object a line on stdout, each record of the lost history's source whose\n"+
 		"event the table does not hold as it is: no row with its id, or a row with its id that maps to another record (its id given\n"+
-		"to a new event). Those are the events to reconcile. Read-only; the table and the topics are read in full.")
+		"to a new event). Those are the events to reconcile. Records are read in the --record-format the stream wrote. Only records\n"+
+		"past the history the table and Kafka share are listed: in each partition, those after the first copy of the newest event the\n"+
+		"table still holds as it is (see docs/operating.md). Read-only; the table and the topics are read in full.")
 	rc := &c.runConfig
 	f.String(&rc.PostgresURL, "postgres-url", "", "PostgreSQL connection `url` or key=value string; PG* environment variables fill what it leaves out; the role needs SELECT on the table")
 	f.String(&rc.Table, "table", contract.DefaultTable, tableHelp)
@@ -47,6 +51,9 @@ func lostEventsFlags(c *lostEventsConfig) *flags {
 	f.String(&rc.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "compacted `topic` holding the stream's history epochs (run's --checkpoint-topic)")
 	f.String(&c.Topics, "topics", "", "the `topics` to read, comma-separated: every topic the outbox's events go to (--topic's template, resolved)")
 	f.Int(&c.Epoch, "epoch", 0, "the history `epoch` whose lost history to list (the number its sources end with); 0: the newest")
+	f.String(&c.Since, "since", "", "list no record whose timestamp (the row's created_at) is before this `time` (RFC 3339, or as PostgreSQL prints it; no offset means UTC): "+
+		"your own bound, for a partition where the table holds no event from before the lost history (rows deleted as they are written); "+
+		"give the failover's time less your longest transaction")
 	f.Duration(&c.Timeout, "timeout", 10*time.Minute, "give up after this long")
 	kafkaFlags(f, rc)
 	mappingFlags(f, rc)
@@ -63,6 +70,8 @@ func (c *lostEventsConfig) validate() error {
 	p.check(c.Epoch >= 0, "--epoch %d: give an epoch's number, or 0 for the newest", c.Epoch)
 	p.check(c.CheckpointTopic != "", "--checkpoint-topic is empty: give the topic run keeps the history epochs in")
 	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
+	_, err := parseTime(c.Since)
+	p.check(err == nil, "--since %q: %v", c.Since, err)
 	return errors.Join(p...)
 }
 
@@ -87,6 +96,10 @@ type lostEvent struct {
 	EventType string `json:"event_type"`
 	Timestamp string `json:"timestamp"`
 	Why       string `json:"why"`
+	// Unbounded: the table holds no event of this record's partition from
+	// before the lost history, so the record may be one of those whose
+	// row was deleted since.
+	Unbounded bool `json:"unbounded,omitempty"`
 }
 
 func lostEventsCommand(args []string, stdout, stderr io.Writer) int {
@@ -129,13 +142,120 @@ func listLostEvents(ctx context.Context, c *lostEventsConfig, kafkaOpts []kgo.Op
 	if err != nil {
 		return err
 	}
+	if err := sameFormat(records, c.Mapping.Format); err != nil {
+		return err
+	}
 	rows, err := mapRows(ctx, c, lostSource, records)
 	if err != nil {
 		return err
 	}
+	since, _ := parseTime(c.Since)
+	found := judgeLost(records, rows, since)
 	enc := json.NewEncoder(stdout)
-	lost := 0
+	for _, l := range found.lost {
+		r := l.record
+		if err := enc.Encode(lostEvent{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, ID: r.ID, Source: lostSource, Key: r.Key,
+			EventType: r.EventType, Timestamp: r.Timestamp.UTC().Format(time.RFC3339Nano), Why: l.why, Unbounded: l.unbounded}); err != nil {
+			return err
+		}
+	}
+	attrs := []any{"lost", len(found.lost), "records_of_the_lost_source", len(records), "rows_compared", len(rows),
+		"shared_history_records", found.shared, "before_since", found.beforeSince,
+		"lost_timeline", e.LostTimeline, "lost_from_lsn", e.LostFrom, "lost_to_lsn", e.LostTo}
+	log.Info("listed the lost history's events", attrs...)
+	if found.unbounded > 0 {
+		log.Warn("some records listed lie in partitions where the table holds no event from before the lost history, so nothing bounds them: "+
+			"events committed before it whose rows were deleted since (cleaned, or deleted as they were written) are listed too, marked unbounded. "+
+			"Give --since the failover's time less your longest transaction to leave out older records",
+			"unbounded", found.unbounded, "partitions", strings.Join(found.unboundedParts, ", "))
+	}
+	return nil
+}
+
+// sameFormat checks that the records were written in the record format
+// the rows are mapped in: a row of the same event mapped in another format
+// would never match its record, and every record would pass for lost.
+func sameFormat(records []sourceRecord, f mapping.Format) error {
 	for _, r := range records {
+		if r.Format != f {
+			return fmt.Errorf("record %s/%d@%d (event id %s) is %s, but --record-format is %s: give --record-format %s, the format the stream wrote (run's)",
+				r.Topic, r.Partition, r.Offset, r.ID, r.Format, f, r.Format)
+		}
+	}
+	return nil
+}
+
+// lostRecord is a record judged lost, and why.
+type lostRecord struct {
+	record    sourceRecord
+	why       string
+	unbounded bool
+}
+
+// lostVerdict is what judgeLost found.
+type lostVerdict struct {
+	lost                []lostRecord
+	shared, beforeSince int // records left out: of the shared history; older than since
+	unbounded           int // records listed with no bound
+	unboundedParts      []string
+}
+
+// judgeLost says which records of the lost source are lost events: those
+// whose event the table does not hold as it is, past the history the table
+// and Kafka share.
+//
+// The records carry no LSN. What they prove is order: the stream hands
+// transactions to Kafka in commit order, and a partition keeps the order
+// its records were produced in, so in a partition the first copy of an
+// event committed earlier lies before the first copy of one committed
+// later (a repeat after a restart lies later, which is why only first
+// copies count). A record whose event the table holds as it is belongs to
+// the history the server shares with Kafka: committed before the lost
+// range, as was every record before its first copy in its partition. Those
+// are left out: a row deleted since (a table cleaned as docs/records.md
+// recommends) is no lost event. Past that bound, a record with no row of
+// its id, or whose row is another event, is lost. A partition with no
+// such shared event has no bound: its records are listed, marked
+// unbounded, unless their timestamp is before since (the operator's own
+// bound; zero for none).
+func judgeLost(records []sourceRecord, rows map[string][sha256.Size]byte, since time.Time) lostVerdict {
+	type part struct {
+		topic string
+		p     int32
+	}
+	type event struct {
+		id  string
+		sum [sha256.Size]byte
+	}
+	// first is each event's first copy's offset, per partition; bound the
+	// newest first copy of a shared event (-1: none).
+	first := map[part]map[event]int64{}
+	bound := map[part]int64{}
+	for _, r := range records {
+		k := part{r.Topic, r.Partition}
+		if first[k] == nil {
+			first[k], bound[k] = map[event]int64{}, -1
+		}
+		ev := event{r.ID, r.sum}
+		if o, ok := first[k][ev]; !ok || r.Offset < o {
+			first[k][ev] = r.Offset
+		}
+	}
+	for k, evs := range first {
+		for ev, o := range evs {
+			if row, ok := rows[ev.id]; ok && row == ev.sum && o > bound[k] {
+				bound[k] = o
+			}
+		}
+	}
+	var v lostVerdict
+	unboundedParts := map[part]bool{}
+	for _, r := range records {
+		k := part{r.Topic, r.Partition}
+		if r.Offset <= bound[k] {
+			v.shared++
+			continue
+		}
 		why := ""
 		switch row, ok := rows[r.ID]; {
 		case !ok:
@@ -143,17 +263,23 @@ func listLostEvents(ctx context.Context, c *lostEventsConfig, kafkaOpts []kgo.Op
 		case row != r.sum:
 			why = "the table's row with this id is another event: the id was given again after the fork"
 		default:
-			continue // an event of the history both share
+			continue // an event of the history both share (a repeat, past the bound)
 		}
-		lost++
-		if err := enc.Encode(lostEvent{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, ID: r.ID, Source: lostSource, Key: r.Key,
-			EventType: r.EventType, Timestamp: r.Timestamp.UTC().Format(time.RFC3339Nano), Why: why}); err != nil {
-			return err
+		if !since.IsZero() && r.Timestamp.Before(since) {
+			v.beforeSince++
+			continue
 		}
+		l := lostRecord{record: r, why: why, unbounded: bound[k] < 0}
+		if l.unbounded {
+			v.unbounded++
+			if !unboundedParts[k] {
+				unboundedParts[k] = true
+				v.unboundedParts = append(v.unboundedParts, fmt.Sprintf("%s/%d", r.Topic, r.Partition))
+			}
+		}
+		v.lost = append(v.lost, l)
 	}
-	log.Info("listed the lost history's events", "lost", lost, "records_of_the_lost_source", len(records), "rows_compared", len(rows),
-		"lost_timeline", e.LostTimeline, "lost_from_lsn", e.LostFrom, "lost_to_lsn", e.LostTo)
-	return nil
+	return v
 }
 
 // lostEpoch is the epoch --epoch names, or the newest.
@@ -193,15 +319,17 @@ type sourceRecord struct {
 	ID        string
 	Key       string
 	EventType string
+	Format    mapping.Format
 	Timestamp time.Time
 	sum       [sha256.Size]byte
 }
 
 // digest is what two records of one event share, whichever copy: key,
-// value and event type (the traceparent and the timestamp may differ).
-func digest(r *kgo.Record) [sha256.Size]byte {
+// value and event type (the traceparent and the timestamp may differ),
+// the event type as the record's format carries it.
+func digest(r *kgo.Record, eventType string) [sha256.Size]byte {
 	h := sha256.New()
-	for _, b := range [][]byte{r.Key, r.Value, []byte(recordHeader(r, contract.HeaderEventType))} {
+	for _, b := range [][]byte{r.Key, r.Value, []byte(eventType)} {
 		fmt.Fprintf(h, "%d:", len(b))
 		h.Write(b)
 	}
@@ -210,18 +338,10 @@ func digest(r *kgo.Record) [sha256.Size]byte {
 	return sum
 }
 
-func recordHeader(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
 // readSourceRecords reads each topic to its last stable offset, as a
 // read_committed consumer does (an aborted transaction's records are no
-// events), and keeps the records whose source header is source.
+// events), and keeps the records whose source is source, in whichever
+// record format the mapping wrote them (mapping.ReadRecordEvent).
 func readSourceRecords(ctx context.Context, cfg sink.Config, topics []string, source string) ([]sourceRecord, error) {
 	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Opts...)...)
 	if err != nil {
@@ -272,11 +392,15 @@ func readSourceRecords(ctx context.Context, cfg sink.Config, topics []string, so
 					delete(left, r.Topic)
 				}
 			}
-			if r.Attrs.IsControl() || recordHeader(r, contract.HeaderSource) != source {
+			if r.Attrs.IsControl() {
 				return
 			}
-			out = append(out, sourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, ID: recordHeader(r, contract.HeaderID),
-				Key: string(r.Key), EventType: recordHeader(r, contract.HeaderEventType), Timestamp: r.Timestamp, sum: digest(r)})
+			ev, ok := mapping.ReadRecordEvent(r)
+			if !ok || ev.Source != source {
+				return
+			}
+			out = append(out, sourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, ID: ev.ID,
+				Key: string(r.Key), EventType: ev.Type, Format: ev.Format, Timestamp: r.Timestamp, sum: digest(r, ev.Type)})
 		})
 	}
 	return out, nil
@@ -338,8 +462,8 @@ type digests struct {
 }
 
 func (d *digests) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
-	if id := recordHeader(r, contract.HeaderID); d.want[id] && r.Topic != d.deadLetter {
-		d.rows[id] = digest(r)
+	if ev, ok := mapping.ReadRecordEvent(r); ok && d.want[ev.ID] && r.Topic != d.deadLetter {
+		d.rows[ev.ID] = digest(r, ev.Type)
 	}
 	promise(r, nil)
 }

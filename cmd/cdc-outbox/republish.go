@@ -50,7 +50,7 @@ func republishFlags(c *republishConfig) *flags {
 	f.Int(&rc.MaxInflightEvents, "max-inflight-events", 20000, "`events` sent but not yet acknowledged before reading waits")
 	f.Duration(&c.ProgressInterval, "progress-interval", 5*time.Second, "how often to print progress on stderr; 0 prints none")
 	f.Duration(&rc.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to wait for the events sent to be acknowledged")
-	f.String(&rc.Slot, "slot", "cdc_outbox", "`name` of the replication slot of the stream the rows belong to: with the default --source, rows go under the source of its newest history epoch "+
+	f.String(&rc.Slot, "slot", "cdc_outbox", "`name` of the replication slot of the stream the rows belong to: rows go under the source (--source or its default) of its newest history epoch "+
 		"(read from --checkpoint-topic), as the stream publishes them after a lost history")
 	f.String(&rc.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "compacted `topic` holding the stream's history epochs (run's --checkpoint-topic)")
 	kafkaFlags(f, rc)
@@ -196,10 +196,10 @@ func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt,
 	if err != nil {
 		return republish.Summary{}, err
 	}
-	if c.Source == "" {
-		if source, err = epochSource(ctx, &c.runConfig, source, kafkaOpts, log); err != nil {
-			return republish.Summary{}, err
-		}
+	// An explicit source too: the stream publishes under it, with the
+	// epoch, after a lost history.
+	if source, err = epochSource(ctx, &c.runConfig, source, kafkaOpts, log); err != nil {
+		return republish.Summary{}, err
 	}
 	c.Mapping.Source = source
 	since, until := c.times()
@@ -252,14 +252,15 @@ func republishRows(ctx context.Context, c *republishConfig, kafkaOpts []kgo.Opt,
 	return r.Run(ctx, flushCtx)
 }
 
-// epochSource is the default source base of the stream of --slot in its
-// newest history epoch (checkpoint.Epoch): after a lost history, the
-// stream publishes the new history's events under it, and a row sent
-// again under base could share source and id with an event of the lost
-// history, which a consumer would take it for. A row carries no LSN, so
-// every row goes under the newest epoch's source: a row of an earlier
-// history is then a repeat under another source, which a consumer
-// processes again, never one it drops.
+// epochSource is the source base (--source, or its default) in the
+// newest history epoch (checkpoint.Epoch) of the stream of --slot: after a
+// lost history, the stream publishes the new history's events under it,
+// whether base is its default or given, and a row sent again under base
+// could share source and id with an event of the lost history, which a
+// consumer would take it for. A row carries no LSN, so every row goes
+// under the newest epoch's source: a row of an earlier history is then a
+// repeat under another source, which a consumer processes again, never one
+// it drops.
 func epochSource(ctx context.Context, c *runConfig, base string, kafkaOpts []kgo.Opt, log *slog.Logger) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -272,7 +273,8 @@ func epochSource(ctx context.Context, c *runConfig, base string, kafkaOpts []kgo
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		return base, nil // no topic, no epoch
 	case err != nil:
-		return "", fmt.Errorf("read the stream's history epochs (%w): give --source to publish under a source of your choosing instead", err)
+		return "", fmt.Errorf("read the stream's history epochs (%w): without them, rows could share source and id with events of a lost history; "+
+			"check --checkpoint-topic and --slot (those of run) and that Kafka is reachable", err)
 	}
 	es, err := checkpoint.DecodeEpochs(cp.Epochs)
 	if err != nil {

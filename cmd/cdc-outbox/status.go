@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
@@ -29,8 +31,19 @@ type statusConfig struct {
 	JSON        bool
 	Timeout     time.Duration
 	// kafka holds --delivery, --checkpoint-topic and the Kafka connection:
-	// in exactly-once delivery status reads the Kafka checkpoint too.
+	// status reads the stream's history epochs from the checkpoint topic,
+	// and in exactly-once delivery the Kafka checkpoint too.
 	kafka runConfig
+	// given reports whether a flag was given (flags.given); nil: none was.
+	given func(name string) bool
+}
+
+// readsKafka reports whether status reads the checkpoint topic: always in
+// exactly-once delivery, whose checkpoint it shows; in at-least-once when
+// Kafka is named, since a status of the database alone must not wait on
+// a Kafka it was not told of.
+func (c *statusConfig) readsKafka() bool {
+	return c.kafka.Delivery == deliveryExactlyOnce || c.given != nil && c.given("kafka-brokers")
 }
 
 func statusFlags(c *statusConfig) *flags {
@@ -46,10 +59,12 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.Table, "table", contract.DefaultTable, runTableHelp)
 	f.String(&c.MetricsURL, "metrics-url", "", "`url` of the running streamer's /metrics (its --http-addr), read for each outbox table's events streamed and last event; empty: not read")
 	deliveryFlags(f, &c.kafka)
-	f.String(&c.kafka.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "exactly-once: Kafka bootstrap `brokers`, comma-separated, to read the checkpoint from")
+	f.String(&c.kafka.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated, to read the stream's history epochs (from --checkpoint-topic) "+
+		"and, in exactly-once delivery, the checkpoint from; in at-least-once delivery Kafka is read only when this is given")
 	kafkaSecurityFlags(f, &c.kafka)
 	f.Bool(&c.JSON, "json", false, "print one JSON object instead of text")
 	f.Duration(&c.Timeout, "timeout", 10*time.Second, "give up connecting and reading after this long")
+	c.given = f.given
 	return f
 }
 
@@ -63,7 +78,7 @@ func (c *statusConfig) validate() error {
 	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
 	k := &c.kafka
 	p.check(k.Delivery == deliveryAtLeastOnce || k.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", k.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
-	if k.Delivery == deliveryExactlyOnce {
+	if c.readsKafka() {
 		p.check(strings.TrimSpace(k.KafkaBrokers) != "", "--kafka-brokers is empty: give host:port[,host:port...]")
 		p.check(k.CheckpointTopic != "", "--checkpoint-topic is empty")
 		k.validateKafkaSecurity(&p)
@@ -207,6 +222,13 @@ type statusReport struct {
 	TableInPublication bool           `json:"table_in_publication"`
 	TableRowsEstimate  int64          `json:"table_rows_estimate"`
 	Outboxes           []statusOutbox `json:"outboxes"`
+	// TemporaryTables are temporary tables (any session's) that match a
+	// pattern: never streamed.
+	TemporaryTables []string `json:"temporary_tables"`
+	// Membership says whether tables that come to match a pattern join the
+	// publication by themselves: "installed", "all tables" (a publication
+	// FOR ALL TABLES), "missing"; "" without a pattern.
+	Membership string `json:"membership_trigger"`
 
 	Delivery           string `json:"delivery"`
 	KafkaCheckpointLSN string `json:"kafka_checkpoint_lsn"`
@@ -216,6 +238,10 @@ type statusReport struct {
 	// was lost), Epochs each epoch as its record says it.
 	HistoryEpoch int      `json:"history_epoch"`
 	Epochs       []string `json:"history_epochs"`
+	// EpochsRead: the checkpoint topic was read (in at-least-once
+	// delivery, only when Kafka is named).
+	EpochsRead  bool `json:"history_epochs_read"`
+	epochsAsked bool // the checkpoint topic was to be read
 
 	connectedDB string // the database --postgres-url connects to
 	// unmet is why cdc-outbox run cannot stream from this server as this
@@ -278,6 +304,7 @@ func newStatusReport(c *statusConfig) *statusReport {
 		FailoverStandbys:   []failoverStandby{},
 		Table:              statusTable(c.Table),
 		Outboxes:           []statusOutbox{},
+		TemporaryTables:    []string{},
 		TableRowsEstimate:  -1,
 		Delivery:           c.kafka.Delivery,
 		KafkaCheckpointLSN: "0/0",
@@ -295,7 +322,7 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 		name = ps[0].Name()
 	}
 	in, err := replication.Inspect(ctx, c.PostgresURL, replication.Names{Slot: c.Slot, Publication: c.Publication, Table: name})
-	var outboxes []replication.OutboxInspection
+	var outboxes replication.OutboxesInspection
 	if err == nil {
 		outboxes, err = replication.InspectOutboxes(ctx, c.PostgresURL, c.Publication, ps)
 	}
@@ -310,26 +337,35 @@ func readStatus(ctx context.Context, c *statusConfig) *statusReport {
 		return r
 	}
 	r.fill(in)
-	r.fillOutboxes(outboxes, !one)
+	r.fillOutboxes(outboxes.Tables, !one)
+	r.fillMembership(outboxes, c.Publication)
 	if c.MetricsURL != "" {
 		r.readStreamed(ctx, c.MetricsURL)
 	}
 	r.judge()
 	r.readFailover(ctx, c, in)
-	if c.kafka.Delivery == deliveryExactlyOnce {
+	if c.readsKafka() {
+		r.epochsAsked = true
 		r.readKafkaCheckpoint(ctx, c, in)
 	}
 	return r
 }
 
-// readKafkaCheckpoint adds the Kafka checkpoint of exactly-once delivery
-// to the report; failing to read it is a warning.
+// readKafkaCheckpoint adds the stream's history epochs, and the Kafka
+// checkpoint of exactly-once delivery, to the report; failing to read them
+// is a warning. The epochs record lives in the checkpoint topic in either
+// delivery.
 func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig, in replication.Inspection) {
 	opts, err := c.kafka.kafkaSecurityOpts()
 	if err == nil {
 		var cp sink.Checkpoint
 		cp, err = readCheckpoint(ctx, c, sink.Config{Brokers: c.kafka.brokers(), Opts: opts})
-		if err == nil && cp.Found {
+		if errors.Is(err, kerr.UnknownTopicOrPartition) && c.kafka.Delivery == deliveryAtLeastOnce {
+			// An at-least-once stream creates the topic at its first
+			// write: none yet, no epoch.
+			err = nil
+		}
+		if err == nil && cp.Found && c.kafka.Delivery == deliveryExactlyOnce {
 			r.KafkaCheckpointLSN = cp.LSN.String()
 			r.KafkaCheckpointAt = cp.At.UTC().Format(time.RFC3339)
 			if confirmed := in.Slot.ConfirmedFlush; r.SlotExists && cp.LSN > confirmed {
@@ -337,11 +373,15 @@ func (r *statusReport) readKafkaCheckpoint(ctx context.Context, c *statusConfig,
 			}
 		}
 		if err == nil {
+			r.EpochsRead = true
 			err = r.readEpochs(cp.Epochs)
 		}
 	}
-	if err != nil {
+	switch {
+	case err != nil && c.kafka.Delivery == deliveryExactlyOnce:
 		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the Kafka checkpoint of exactly-once delivery: %s; check --kafka-brokers, the TLS and SASL flags and --checkpoint-topic", say(err)))
+	case err != nil:
+		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the stream's history epochs from Kafka: %s; check --kafka-brokers, the TLS and SASL flags and --checkpoint-topic", say(err)))
 	}
 }
 
@@ -364,7 +404,8 @@ func (r *statusReport) readEpochs(value []byte) error {
 
 // readCheckpoint reads the stream's Kafka checkpoint as run does: under
 // the stream's identity, or else under the former default key, the slot's
-// name, with the table's identity as origin.
+// name, with the table's identity as origin; the epochs, under the
+// stream's identity.
 func readCheckpoint(ctx context.Context, c *statusConfig, cfg sink.Config) (sink.Checkpoint, error) {
 	stream, err := replication.StreamIdentity(ctx, c.PostgresURL, c.Slot)
 	if err != nil {
@@ -386,7 +427,11 @@ func readCheckpoint(ctx context.Context, c *statusConfig, cfg sink.Config) (sink
 	case err != nil:
 		return sink.Checkpoint{}, err
 	}
-	return sink.ReadCheckpoint(ctx, cfg, c.kafka.CheckpointTopic, c.Slot, table)
+	former, err := sink.ReadCheckpoint(ctx, cfg, c.kafka.CheckpointTopic, c.Slot, table)
+	// The epochs and the published record are kept under the stream's
+	// identity only.
+	former.Epochs, former.Published = cp.Epochs, cp.Published
+	return former, err
 }
 
 func (r *statusReport) fail(verdict, message string, err error) {
@@ -474,6 +519,30 @@ func (r *statusReport) fillOutboxes(outboxes []replication.OutboxInspection, man
 	r.TableRowsEstimate = -1
 	if r.TableExists {
 		r.TableRowsEstimate = rows
+	}
+}
+
+// fillMembership reports the temporary tables the patterns match and
+// whether tables that come to match join the publication, each a warning
+// when it costs events.
+func (r *statusReport) fillMembership(in replication.OutboxesInspection, publication string) {
+	for _, t := range in.Temporary {
+		r.TemporaryTables = append(r.TemporaryTables, t.Name.String())
+		r.Warnings = append(r.Warnings, fmt.Sprintf("temporary table %s matches --table but is not streamed: a temporary table is private to its session and its rows are never written to the WAL; "+
+			"if it was meant as an outbox, create it as a permanent table", t.Name))
+	}
+	m := in.Membership
+	switch {
+	case m == nil:
+	case m.AllTables:
+		r.Membership = "all tables"
+	case m.Complete():
+		r.Membership = "installed"
+	default:
+		r.Membership = "missing"
+		r.Warnings = append(r.Warnings, fmt.Sprintf("tables that come to match --table will not join publication %q, so none of their rows will be streamed until each is added by hand: "+
+			"the membership trigger is not installed, or not for these patterns. cdc-outbox run installs it when its role is a superuser (with --create-publication); otherwise run once, as a superuser: %s",
+			publication, in.Command))
 	}
 }
 
@@ -768,6 +837,12 @@ func (r *statusReport) writeText(w io.Writer) {
 			}
 			add("  "+o.Table, "%s", line)
 		}
+		if r.Membership != "" {
+			add("  membership trigger", "%s", r.Membership)
+		}
+		for _, t := range r.TemporaryTables {
+			add("  "+t, "TEMPORARY: not streamed")
+		}
 	} else if len(r.Outboxes) == 1 && r.Outboxes[0].EventsStreamed >= 0 {
 		add("  streamed", "%d", r.Outboxes[0].EventsStreamed)
 		add("  last event", "%s", orNone(r.Outboxes[0].LastEvent))
@@ -782,12 +857,19 @@ func (r *statusReport) writeText(w io.Writer) {
 		default:
 			add("  kafka checkpoint", "%s, written %s (the slot has confirmed it)", r.KafkaCheckpointLSN, r.KafkaCheckpointAt)
 		}
-		if r.HistoryEpoch > 0 {
-			add("  history epoch", "%d (the events' sources end in /epoch-%d)", r.HistoryEpoch, r.HistoryEpoch)
-			for _, e := range r.Epochs {
-				add("  lost history", "%s", e)
-			}
+	}
+	switch {
+	case r.HistoryEpoch > 0:
+		add("  history epoch", "%d (the events' sources end in /epoch-%d)", r.HistoryEpoch, r.HistoryEpoch)
+		for _, e := range r.Epochs {
+			add("  lost history", "%s", e)
 		}
+	case r.EpochsRead:
+		add("  history epoch", "0 (no history lost)")
+	case r.epochsAsked:
+		add("  history epoch", "not read (see the warning)")
+	default:
+		add("  history epoch", "not read (give --kafka-brokers to read it from --checkpoint-topic)")
 	}
 	for _, warning := range r.Warnings {
 		add("warning", "%s", warning)

@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
+	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
 
@@ -452,5 +455,57 @@ func TestStatusManyOutboxes(t *testing.T) {
 	if !r.TableExists || r.TableInPublication || len(r.Outboxes) != 2 || r.Outboxes[0].EventsStreamed != 42 || r.Outboxes[1].EventsStreamed != -1 ||
 		r.Outboxes[1].InPublication || r.Outboxes[1].LastEvent != "" {
 		t.Errorf("JSON: %s", out)
+	}
+}
+
+// TestStatusEpochsEitherDelivery: the stream's history epochs live in the
+// checkpoint topic in both deliveries, and status shows them in both, with
+// the warning of a lost history; in at-least-once delivery it reads Kafka
+// only when told of it (--kafka-brokers), and says when it did not. Before,
+// at-least-once status never showed them.
+func TestStatusEpochsEitherDelivery(t *testing.T) {
+	t.Parallel()
+	url, slot := statusDatabase(t)
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.Name("checkpoints")
+	stream, err := replication.StreamIdentity(testenv.Context(t), url, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sink.NewStreamRecords(sink.Config{Brokers: brokers}, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	epochs := checkpoint.Epochs{{N: 1, Timeline: 2, From: 0x3000000, LostTimeline: 1, LostFrom: 0x3000000, LostTo: 0x3100000, At: time.Now()}}
+	if err := w.Write(testenv.Context(t), sink.EpochsKey(stream), epochs.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	for _, delivery := range []string{"at-least-once", "exactly-once"} {
+		args := []string{"--postgres-url", url, "--slot", slot, "--delivery", delivery, "--kafka-brokers", brokers[0], "--checkpoint-topic", topic}
+		_, out, errOut := status(t, args...)
+		if !strings.Contains(squash(out), "history epoch: 1 (the events' sources end in /epoch-1)") || !strings.Contains(squash(out), "lost history: epoch 1: from 0/3000000 on timeline 2") ||
+			!strings.Contains(out, "cdc-outbox lost-events") {
+			t.Errorf("%s: the text does not show the epoch and warn of the lost history:\n%s\n%s", delivery, out, errOut)
+		}
+		_, out, _ = status(t, append(args, "--json")...)
+		var r struct {
+			HistoryEpoch int      `json:"history_epoch"`
+			Epochs       []string `json:"history_epochs"`
+			Read         bool     `json:"history_epochs_read"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.HistoryEpoch != 1 || len(r.Epochs) != 1 || !r.Read {
+			t.Errorf("%s --json: %v, %+v\n%s", delivery, err, r, out)
+		}
+	}
+	// At-least-once before the stream made the topic: no epoch, no warning.
+	_, out, _ := status(t, "--postgres-url", url, "--slot", slot, "--kafka-brokers", brokers[0], "--checkpoint-topic", testenv.Name("none"))
+	if !strings.Contains(squash(out), "history epoch: 0 (no history lost)") || strings.Contains(out, "history epochs from Kafka") {
+		t.Errorf("at-least-once, no checkpoint topic yet:\n%s", out)
+	}
+	// At-least-once without Kafka named: not read, and said so.
+	_, out, _ = status(t, "--postgres-url", url, "--slot", slot, "--checkpoint-topic", topic)
+	if !strings.Contains(squash(out), "history epoch: not read (give --kafka-brokers") || strings.Contains(out, "lost-events") {
+		t.Errorf("at-least-once without --kafka-brokers:\n%s", out)
 	}
 }

@@ -246,6 +246,64 @@ func appendJSONString(dst, s []byte) []byte {
 	return append(dst, '"')
 }
 
+// RecordEvent is what names the event a record carries: its id, source
+// and type, as the mapping wrote them in Format.
+type RecordEvent struct {
+	Format           Format
+	ID, Source, Type string
+}
+
+// ReadRecordEvent reads the event a record the mapping made carries, in
+// whichever format it was written: native (the headers id, source,
+// event_type), CloudEvents binary (ce_id, ce_source, ce_type) or structured
+// (the JSON event's id, source and type). ok is false for a record of none
+// of them. The headers column never adds a native header to a record of
+// any format (Map refuses the reserved names), nor a ce_ header to a
+// CloudEvents record; a native record may carry a ce_ header of the row's
+// own, so the native id decides first. It is not for the hot path: a
+// structured record's value is parsed.
+func ReadRecordEvent(r *kgo.Record) (ev RecordEvent, ok bool) {
+	var native, binary RecordEvent
+	var nativeID, binaryID, structured bool
+	for _, h := range r.Headers {
+		switch h.Key {
+		case contract.HeaderID:
+			native.ID, nativeID = string(h.Value), true
+		case contract.HeaderSource:
+			native.Source = string(h.Value)
+		case contract.HeaderEventType:
+			native.Type = string(h.Value)
+		case ceID:
+			binary.ID, binaryID = string(h.Value), true
+		case ceSource:
+			binary.Source = string(h.Value)
+		case ceType:
+			binary.Type = string(h.Value)
+		case HeaderContentType:
+			structured = structured || bytes.Equal(h.Value, ctStructuredVal)
+		}
+	}
+	switch {
+	case nativeID:
+		native.Format = FormatNative
+		return native, true
+	case binaryID:
+		binary.Format = FormatCloudEventsBinary
+		return binary, true
+	case structured:
+		var doc struct {
+			ID     string `json:"id"`
+			Source string `json:"source"`
+			Type   string `json:"type"`
+		}
+		if json.Unmarshal(r.Value, &doc) != nil || doc.ID == "" {
+			return ev, false
+		}
+		return RecordEvent{Format: FormatCloudEventsStructured, ID: doc.ID, Source: doc.Source, Type: doc.Type}, true
+	}
+	return ev, false
+}
+
 // RecordEventID returns the event id of a record the mapping made, in any
 // format ("" when it has none), for messages about a record the broker
 // refused. It is not for the hot path: a structured record's value is

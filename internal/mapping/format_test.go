@@ -211,3 +211,34 @@ func TestRecordEventID(t *testing.T) {
 		}
 	}
 }
+
+// TestReadRecordEvent: the event a record carries is read back from what
+// Map wrote, in every format, and a native record whose row adds a ce_
+// header of its own is still native; a record of no format is not read.
+func TestReadRecordEvent(t *testing.T) {
+	for _, f := range Formats() {
+		rec, err := mapRow(t, ceConfig(f), map[string]Column{"headers": col(oidJSONB, `{"ce_id": "spoof", "content-type": "application/cloudevents+json; charset=UTF-8"}`)})
+		if f != FormatNative {
+			// A CloudEvents record refuses ce_ headers of the row's own.
+			rec, err = mapRow(t, ceConfig(f), nil)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		got, ok := ReadRecordEvent(rec)
+		want := RecordEvent{Format: f, ID: "42", Source: "7312345678901234567/16384/16500", Type: "created"}
+		if !ok || got != want {
+			t.Errorf("%s: ReadRecordEvent = %+v, %v; want %+v", f, got, ok, want)
+		}
+	}
+	for name, r := range map[string]*kgo.Record{
+		"no headers":                  {Value: []byte(`{"id": "1"}`)},
+		"structured, not JSON":        {Headers: []kgo.RecordHeader{{Key: HeaderContentType, Value: ctStructuredVal}}, Value: []byte("nope")},
+		"structured, no id":           {Headers: []kgo.RecordHeader{{Key: HeaderContentType, Value: ctStructuredVal}}, Value: []byte(`{"source": "s"}`)},
+		"another content type's JSON": {Headers: []kgo.RecordHeader{{Key: HeaderContentType, Value: ctJSON}}, Value: []byte(`{"id": "1"}`)},
+	} {
+		if ev, ok := ReadRecordEvent(r); ok {
+			t.Errorf("%s: read %+v, want nothing", name, ev)
+		}
+	}
+}

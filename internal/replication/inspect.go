@@ -229,14 +229,31 @@ type OutboxInspection struct {
 	RowsEstimate int64
 }
 
+// OutboxesInspection is what the server says about the outbox tables of a
+// stream of several.
+type OutboxesInspection struct {
+	Tables []OutboxInspection
+	// Temporary are the temporary tables of any session that match a
+	// pattern: never streamed (FindTemporary).
+	Temporary []OutboxTable
+	// Membership is the membership trigger's state for the patterns with
+	// wildcards; nil when there are none.
+	Membership *Membership
+	// Command installs the trigger and registers what Membership misses,
+	// when it is not Complete.
+	Command string
+}
+
 // InspectOutboxes finds the tables the patterns name now (a named table
 // that does not exist is left out) and reads each one's coverage by
-// publication, when it exists, and its rows estimate. A failure to connect
-// is a *ConnectError.
-func InspectOutboxes(ctx context.Context, url, publication string, ps []pgname.Pattern) ([]OutboxInspection, error) {
+// publication, when it exists, and its rows estimate; the temporary tables
+// the patterns match; and whether tables that come to match join the
+// publication by themselves. A failure to connect is a *ConnectError.
+func InspectOutboxes(ctx context.Context, url, publication string, ps []pgname.Pattern) (OutboxesInspection, error) {
+	var in OutboxesInspection
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return nil, NewConnectError(url, err)
+		return in, NewConnectError(url, err)
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -252,7 +269,7 @@ func InspectOutboxes(ctx context.Context, url, publication string, ps []pgname.P
 		case errors.Is(err, ErrNoTable), errors.Is(err, ErrNotTable):
 			continue
 		case err != nil:
-			return nil, err
+			return in, err
 		}
 		for _, t := range ts {
 			if !slices.ContainsFunc(found, func(f OutboxTable) bool { return f.OID == t.OID }) {
@@ -262,20 +279,37 @@ func InspectOutboxes(ctx context.Context, url, publication string, ps []pgname.P
 	}
 	pub, err := readPublication(ctx, conn, publication, false)
 	if err != nil {
-		return nil, err
+		return in, err
 	}
-	out := make([]OutboxInspection, 0, len(found))
+	in.Tables = make([]OutboxInspection, 0, len(found))
 	for _, t := range found {
 		oi := OutboxInspection{Table: t.Table}
 		if oi.RowsEstimate, err = rowsEstimate(ctx, conn, t.Table); err != nil {
-			return nil, err
+			return in, err
 		}
 		if pub.Exists {
 			if oi.Coverage, err = Cover(ctx, conn, publication, t.Table); err != nil {
-				return nil, err
+				return in, err
 			}
 		}
-		out = append(out, oi)
+		in.Tables = append(in.Tables, oi)
 	}
-	return out, nil
+	if in.Temporary, err = FindTemporary(ctx, conn, ps); err != nil {
+		return in, err
+	}
+	if ws, _ := watches(ps); len(ws) > 0 {
+		m, err := readMembership(ctx, conn, publication, ws)
+		if err != nil {
+			return in, err
+		}
+		in.Membership = &m
+		if !m.Complete() {
+			var database string
+			if err := conn.QueryRow(ctx, `SELECT current_database()::text`).Scan(&database); err != nil {
+				return in, err
+			}
+			in.Command = MembershipCommand(database, publication, m.Unregistered)
+		}
+	}
+	return in, nil
 }

@@ -77,6 +77,7 @@ type Monitor struct {
 	readiness  string                 // failover readiness as last logged
 	blocking   string                 // the blocking standby slots as last logged
 	matched    map[uint32]OutboxTable // tables matching a pattern, as last read
+	temporary  map[uint32]bool        // temporary tables matching a pattern, as last read
 }
 
 // NewMonitor returns a monitor; Run starts it.
@@ -292,6 +293,27 @@ func (m *Monitor) readPatterns(ctx context.Context) error {
 		}
 	}
 	m.obs.Unpublished(unpublished)
+	return m.readTemporary(ctx)
+}
+
+// readTemporary says once of each temporary table that matches a pattern
+// that it is not streamed: any session may create one ("CREATE TEMP TABLE
+// outbox" under "*.outbox"), and its rows never reach the WAL.
+func (m *Monitor) readTemporary(ctx context.Context) error {
+	temps, err := FindTemporary(ctx, m.conn, m.cfg.Patterns)
+	if err != nil {
+		return err
+	}
+	now := map[uint32]bool{}
+	for _, t := range temps {
+		now[t.OID] = true
+		if !m.temporary[t.OID] {
+			m.log.Warn("a TEMPORARY table matches an outbox pattern: it is not streamed, because a temporary table is private to its session and its rows are never written to the WAL. "+
+				"If it was meant as an outbox, create it as a permanent table",
+				"table", t.Name.String(), "oid", t.OID, "pattern", m.cfg.Patterns[t.Entry].String())
+		}
+	}
+	m.temporary = now
 	return nil
 }
 

@@ -160,11 +160,12 @@ func FindOutboxes(ctx context.Context, conn *pgx.Conn, ps []pgname.Pattern) ([]O
 
 // tables lists the tables of the database that may be outboxes, by name:
 // tables and partitioned tables that are not partitions, outside the
-// system's schemas.
+// system's schemas, and not temporary: a temporary table (any session's,
+// in its pg_temp_N schema) is never written to the WAL nor publishable.
 func tables(ctx context.Context, conn *pgx.Conn) ([]Table, error) {
 	rows, _ := conn.Query(ctx, `SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'p', c.relpersistence = 'u'
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'
 		AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
 		ORDER BY 2, 3`)
 	ts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Table, error) {
@@ -176,6 +177,31 @@ func tables(ctx context.Context, conn *pgx.Conn) ([]Table, error) {
 		return nil, fmt.Errorf("list the tables that may be outboxes: %w", err)
 	}
 	return ts, nil
+}
+
+// FindTemporary finds the temporary tables, of any session, whose names
+// match a pattern with wildcards ("*.outbox" matches pg_temp_3.outbox).
+// They are never outboxes: their rows are never written to the WAL, and
+// PostgreSQL refuses to publish them. They are listed to be reported, in
+// case one was meant as an outbox.
+func FindTemporary(ctx context.Context, conn *pgx.Conn, ps []pgname.Pattern) ([]OutboxTable, error) {
+	rows, _ := conn.Query(ctx, `SELECT c.oid, n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence = 't' ORDER BY 2, 3`)
+	ts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Table, error) {
+		var t Table
+		err := row.Scan(&t.OID, &t.Name.Schema, &t.Name.Relation)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the temporary tables: %w", err)
+	}
+	var out []OutboxTable
+	for _, t := range ts {
+		if i := slices.IndexFunc(ps, func(p pgname.Pattern) bool { return p.IsGlob() && p.Match(t.Name) }); i >= 0 {
+			out = append(out, OutboxTable{Table: t, Entry: i})
+		}
+	}
+	return out, nil
 }
 
 // relNode is one relation near the one looked up: itself, a table it is a

@@ -80,6 +80,12 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 		return Prepared{}, errors.Join(unmet, err)
 	}
 
+	// Before the tables are found: a table created meanwhile then joins
+	// the publication by itself, or is created after the publication,
+	// which is made of the tables found.
+	if err := prepareMembership(ctx, conn, s, log); err != nil {
+		return Prepared{}, err
+	}
 	found, err := FindOutboxes(ctx, conn, s.Outboxes)
 	if err != nil {
 		return Prepared{}, err
