@@ -15,7 +15,7 @@ const lowestPort = 10000
 
 // FreePort returns a port of 127.0.0.1 that nothing listens on now, for a
 // program the test starts that binds it later (the demo's HTTP port, the
-// streamer's --http-addr when the test must know it beforehand). It is
+// streamer's HTTP address when the test must know it beforehand). It is
 // below the kernel's ephemeral range, as the servers' ports of
 // scripts/lib/ports.sh: a port the kernel hands out (127.0.0.1:0) can be
 // given to any outgoing connection before the program binds it.
