@@ -11,6 +11,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/ports.sh
+. "$repo/scripts/lib/ports.sh" # ports_alive
 cd "$repo"
 local_dir="${CDC_OUTBOX_LOCAL:-$repo/.local}/demo"
 mkdir -p "$local_dir"
@@ -95,9 +97,12 @@ make --no-print-directory -s build BIN="$bin"
 "$bin" version
 setsid "$bin" run --postgres-url "$url" --kafka-brokers "$brokers" --http-addr "$http" </dev/null >"$log" 2>&1 &
 streamer=$!
-for _ in $(seq 1 300); do
-	grep -q '"streaming"\|msg=streaming' "$log" && break
-	kill -0 "$streamer" 2>/dev/null || { cat "$log"; echo "cdc-outbox exited; its log is above"; exit 1; }
+# Until it streams, as long as it runs (a streamer that exited is a zombie
+# of this script, which kill -0 would still find), for a minute at most.
+deadline=$((SECONDS + 60))
+until grep -q '"streaming"\|msg=streaming' "$log"; do
+	ports_alive "$streamer" || { cat "$log"; echo "cdc-outbox exited; its log is above"; exit 1; }
+	[ $SECONDS -lt $deadline ] || { cat "$log"; echo "cdc-outbox did not stream within a minute; its log is above"; exit 1; }
 	sleep 0.1
 done
 echo "streaming (log: $log)"
