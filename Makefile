@@ -85,7 +85,8 @@ test-stress: jaeger
 jaeger:
 	scripts/jaeger.sh build
 
-# The tests that need no server, in seconds.
+# The tests that need no server (none is started or read): half a minute once
+# Go's build cache holds the packages.
 test-unit:
 	$(GO) test -short -count=1 ./...
 	$(call in_libs,test -short -count=1 ./...)

@@ -2,7 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"net"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 )
 
 // TestDemoStopsCleanlyOnCtrlC runs `make demo`'s script as a terminal
@@ -21,6 +23,11 @@ import (
 // (it is not sent a second signal, which would make it exit at once), the
 // script exits 0, and no process of the demo is left. The demo runs with
 // servers of its own, in a state folder of the test's (CDC_OUTBOX_LOCAL).
+//
+// Its stdout is a pipe that is gone by the Ctrl-C, as in `make demo | tee
+// demo.log`, where the Ctrl-C stops tee too: the cleanup must finish all
+// the same (it once died on its first echo, of SIGPIPE, and left both
+// servers running), and say what it did on stderr.
 func TestDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL and a Kafka of its own")
@@ -30,7 +37,7 @@ func TestDemoStopsCleanlyOnCtrlC(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := t.TempDir()
-	env := append(os.Environ(), "CDC_OUTBOX_LOCAL="+state, "CDC_OUTBOX_DEMO_HTTP_PORT="+freePort(t))
+	env := append(os.Environ(), "CDC_OUTBOX_LOCAL="+state, "CDC_OUTBOX_DEMO_HTTP_PORT="+strconv.Itoa(testenv.FreePort(t)))
 	demoState := demoStateDir(state)
 	t.Cleanup(func() {
 		for _, script := range []string{"scripts/postgres.sh", "scripts/kafka.sh"} {
@@ -46,10 +53,17 @@ func TestDemoStopsCleanlyOnCtrlC(t *testing.T) {
 	demo.Dir, demo.Env = root, env
 	demo.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out lockedBuffer
-	demo.Stdout, demo.Stderr = &out, &out
+	stdout, pipe, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo.Stdout, demo.Stderr = pipe, &out
 	if err := demo.Start(); err != nil {
 		t.Fatal(err)
 	}
+	pipe.Close() // the demo holds the write end
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, stdout); close(copied) }()
 	exited := make(chan error, 1)
 	go func() { exited <- demo.Wait() }()
 	t.Cleanup(func() { _ = syscall.Kill(-demo.Process.Pid, syscall.SIGKILL) }) // only if the test failed midway
@@ -65,7 +79,10 @@ func TestDemoStopsCleanlyOnCtrlC(t *testing.T) {
 		}
 	}
 
-	// Ctrl-C: the terminal signals the foreground process group.
+	// Ctrl-C: tee is gone, and the terminal signals the foreground
+	// process group.
+	stdout.Close()
+	<-copied
 	if err := syscall.Kill(-demo.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -147,16 +164,6 @@ func processesMentioning(t *testing.T, s string) []string {
 		}
 	}
 	return found
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // lockedBuffer is a bytes.Buffer that a process writes while the test

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,7 +115,7 @@ func TestReadmeFiveMinutes(t *testing.T) {
 	if elsewhere != "" {
 		t.Fatalf("the test server has a slot %s (database %s), left by an earlier run: drop it (SELECT pg_drop_replication_slot('%s'))", slot, elsewhere, slot)
 	}
-	addr := "127.0.0.1:" + freePort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)

@@ -29,15 +29,11 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/outbox"
 )
 
-// jaeger starts the local Jaeger (scripts/jaeger.sh, named by
-// CDC_OUTBOX_TEST_JAEGER_CTL, which scripts/with-servers.sh exports) for
-// the test and returns its OTLP/HTTP endpoint and query API.
+// jaeger starts the local Jaeger (scripts/jaeger.sh, testenv.JaegerCtl)
+// for the test and returns its OTLP/HTTP endpoint and query API.
 func jaeger(t *testing.T) (otlp, query string) {
 	t.Helper()
-	ctl := os.Getenv("CDC_OUTBOX_TEST_JAEGER_CTL")
-	if ctl == "" {
-		t.Fatal("CDC_OUTBOX_TEST_JAEGER_CTL is not set: run the tests through scripts/with-servers.sh, which names scripts/jaeger.sh (the OTLP receiver, built once)")
-	}
+	ctl := testenv.JaegerCtl(t)
 	run := func(arg string) string {
 		out, err := exec.Command(ctl, arg).CombinedOutput()
 		if err != nil {

@@ -23,6 +23,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/ports.sh
+. "$repo/scripts/lib/ports.sh"
 admin=${CDC_OUTBOX_TEST_POSTGRES_URL:?set CDC_OUTBOX_TEST_POSTGRES_URL (scripts/with-servers.sh does)}
 brokers=${CDC_OUTBOX_TEST_KAFKA_BROKERS:?set CDC_OUTBOX_TEST_KAFKA_BROKERS (scripts/with-servers.sh does)}
 seconds=${BENCH_SECONDS:-20}
@@ -110,7 +112,7 @@ drain() { # drain KIND: one row of the drain table
 	slot="bench_messages_$kind"
 	"$psql" "$url" -qAtc "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
 	"$pgbench" -n -c 4 -j 2 -t $((events / 4)) -f "$work/$kind.sql" "$url" >/dev/null 2>&1
-	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	port=$(free_port)
 	start=$(date +%s.%N)
 	"$work/cdc-outbox" run --postgres-url "$url" --kafka-brokers "$brokers" --slot "$slot" --create-slot=false \
 		--topic "bench_messages_${kind}_$(date +%s).{aggregate_type}" --http-addr "127.0.0.1:$port" --log-level warn >"$work/drain-$kind.log" 2>&1 &

@@ -11,6 +11,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/ports.sh
+. "$repo/scripts/lib/ports.sh" # ports_alive
 cd "$repo"
 local_dir="${CDC_OUTBOX_LOCAL:-$repo/.local}/demo"
 mkdir -p "$local_dir"
@@ -35,27 +37,39 @@ where() {
 	esac
 }
 
+# tell writes a line of the cleanup to stdout, or to stderr when stdout is
+# gone (`make demo | tee demo.log`, and Ctrl-C stops tee first), or
+# nowhere: the cleanup goes on either way.
+tell() { echo "$*" 2>/dev/null || echo "$*" >&2 2>/dev/null || true; }
+
 # cleanup stops the streamer with one SIGTERM (it drains and confirms what
 # Kafka acknowledged, then exits 0), then the servers. The streamer runs in
 # a session of its own (setsid, below), so the terminal's Ctrl-C reaches
-# only this script: a second signal would make it exit at once.
+# only this script: a second signal would make it exit at once. Nothing it
+# writes may stop it: SIGPIPE is ignored and a failed write is no error.
 cleanup() {
 	trap - INT TERM EXIT
-	say "Stopping"
+	trap '' PIPE
+	set +e
+	tell
+	tell "==> Stopping"
 	if [ -n "$streamer" ] && kill -0 "$streamer" 2>/dev/null; then
 		kill -TERM "$streamer"
 		if wait "$streamer"; then
-			echo "cdc-outbox stopped"
+			tell "cdc-outbox stopped"
 		else
-			echo "cdc-outbox exited with status $?; its log: $log"
+			tell "cdc-outbox exited with status $?; its log: $log"
 		fi
 	fi
-	scripts/kafka.sh stop || true
-	scripts/postgres.sh stop || true
-	echo "servers stopped; their data stays for the next demo: $(where). 'make clean' removes it"
+	scripts/kafka.sh stop || tell "the demo's Kafka did not stop: CDC_OUTBOX_LOCAL=$local_dir scripts/kafka.sh stop"
+	scripts/postgres.sh stop || tell "the demo's PostgreSQL did not stop: CDC_OUTBOX_LOCAL=$local_dir scripts/postgres.sh stop"
+	tell "servers stopped; their data stays for the next demo: $(where). 'make clean' removes it"
 }
-# Ctrl-C (or a TERM) is how the demo ends: a clean stop, exit 0.
+# Ctrl-C (or a TERM) is how the demo ends: a clean stop, exit 0. A stdout
+# that is gone (`make demo | head`) ends it too, once the script writes to
+# it: the servers are stopped all the same.
 trap 'cleanup; exit 0' INT TERM
+trap 'exit 141' PIPE
 trap cleanup EXIT
 
 say "Checking prerequisites"
@@ -83,9 +97,12 @@ make --no-print-directory -s build BIN="$bin"
 "$bin" version
 setsid "$bin" run --postgres-url "$url" --kafka-brokers "$brokers" --http-addr "$http" </dev/null >"$log" 2>&1 &
 streamer=$!
-for _ in $(seq 1 300); do
-	grep -q '"streaming"\|msg=streaming' "$log" && break
-	kill -0 "$streamer" 2>/dev/null || { cat "$log"; echo "cdc-outbox exited; its log is above"; exit 1; }
+# Until it streams, as long as it runs (a streamer that exited is a zombie
+# of this script, which kill -0 would still find), for a minute at most.
+deadline=$((SECONDS + 60))
+until grep -q '"streaming"\|msg=streaming' "$log"; do
+	ports_alive "$streamer" || { cat "$log"; echo "cdc-outbox exited; its log is above"; exit 1; }
+	[ $SECONDS -lt $deadline ] || { cat "$log"; echo "cdc-outbox did not stream within a minute; its log is above"; exit 1; }
 	sleep 0.1
 done
 echo "streaming (log: $log)"

@@ -2,23 +2,26 @@
 # A local Jaeger (all-in-one, in memory) as the OTLP receiver of the tracing
 # tests, built once from its Go module into .local/bin and reused:
 #
-#   scripts/jaeger.sh build    # go build, only when the binary is missing
-#   scripts/jaeger.sh start    # OTLP/HTTP and the query API on free ports
+#   scripts/jaeger.sh build      # go build, only when the binary is missing
+#   scripts/jaeger.sh start      # OTLP/HTTP and the query API on free ports
 #   scripts/jaeger.sh stop
+#   scripts/jaeger.sh configure  # choose the ports (start does it when needed)
 #   scripts/jaeger.sh otlp-endpoint | query-url
 #
 # The build is long (a large module graph); CDC_OUTBOX_JAEGER_BIN names a
-# binary built elsewhere to skip it.
+# binary built elsewhere to skip it. The ports are below the kernel's
+# ephemeral range (scripts/lib/ports.sh); Jaeger keeps nothing between
+# starts, so a start that lost a port to another program before Jaeger
+# bound it starts again on new ports. Its state (configuration, log, pid)
+# is in .local/jaeger; CDC_OUTBOX_LOCAL moves the state folder.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/ports.sh
+. "$repo/scripts/lib/ports.sh"
 version=v1.76.0 # as in scripts/jaeger/go.mod
-dir="$repo/.local/jaeger"
+dir="${CDC_OUTBOX_LOCAL:-$repo/.local}/jaeger"
 bin="${CDC_OUTBOX_JAEGER_BIN:-$repo/.local/bin/jaeger-$version}"
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 build() {
 	[ -x "$bin" ] && return 0
@@ -32,15 +35,17 @@ build() {
 }
 
 running() {
-	[ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null
+	[ -f "$dir/pid" ] && ports_alive "$(cat "$dir/pid")"
 }
 
-start() {
-	running && return 0
-	build
+# configure chooses the three ports and writes the configuration with
+# them, and the endpoints the tests read.
+configure() {
 	mkdir -p "$dir"
 	local otlp query health
-	otlp=$(free_port); query=$(free_port); health=$(free_port)
+	otlp=$(free_port) || exit 1
+	query=$(free_port "$otlp") || exit 1
+	health=$(free_port "$otlp" "$query") || exit 1
 	cat >"$dir/config.yaml" <<YAML
 service:
   extensions: [jaeger_storage, jaeger_query, healthcheckv2]
@@ -80,13 +85,33 @@ exporters:
 YAML
 	echo "http://127.0.0.1:$otlp" >"$dir/otlp"
 	echo "http://127.0.0.1:$query" >"$dir/query"
-	"$bin" --config "$dir/config.yaml" >"$dir/log" 2>&1 &
-	echo $! >"$dir/pid"
-	local deadline=$((SECONDS + 60))
-	until curl -fsS "http://127.0.0.1:$health/status" >/dev/null 2>&1; do
-		if ! running; then echo "jaeger: exited; see $dir/log" >&2; tail -20 "$dir/log" >&2; exit 1; fi
-		if [ $SECONDS -ge $deadline ]; then echo "jaeger: not healthy after 60 s; see $dir/log" >&2; exit 1; fi
-		sleep 0.2
+	echo "http://127.0.0.1:$health/status" >"$dir/health"
+}
+
+start() {
+	running && return 0
+	build
+	[ -s "$dir/health" ] || configure
+	local attempt lost deadline
+	for attempt in 1 2 3 4 5; do
+		"$bin" --config "$dir/config.yaml" >"$dir/log" 2>&1 &
+		echo $! >"$dir/pid"
+		deadline=$((SECONDS + 60))
+		until curl -fsS "$(cat "$dir/health")" >/dev/null 2>&1; do
+			if ! running; then break; fi
+			if [ $SECONDS -ge $deadline ]; then echo "jaeger: not healthy after 60 s; see $dir/log" >&2; exit 1; fi
+			sleep 0.2
+		done
+		running && return 0
+		rm -f "$dir/pid"
+		if ! lost=$(ports_lost "$dir/log"); then
+			tail -20 "$dir/log" >&2
+			echo "jaeger: exited at start (its log is above); log: $dir/log" >&2
+			exit 1
+		fi
+		[ "$attempt" -lt 5 ] || { echo "jaeger: lost a port at each of 5 starts, the last: $lost" >&2; exit 1; }
+		echo "jaeger: $lost; starting again on new ports" >&2
+		configure
 	done
 }
 
@@ -95,7 +120,7 @@ stop() {
 	local pid
 	pid=$(cat "$dir/pid")
 	kill "$pid"
-	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	while ports_alive "$pid"; do sleep 0.1; done
 	rm -f "$dir/pid"
 }
 
@@ -103,8 +128,9 @@ case "${1:-}" in
 build) build ;;
 start) start ;;
 stop) stop ;;
+configure) configure ;;
 status) running ;;
 otlp-endpoint) cat "$dir/otlp" ;;
 query-url) cat "$dir/query" ;;
-*) echo "usage: $0 build|start|stop|status|otlp-endpoint|query-url" >&2; exit 2 ;;
+*) echo "usage: $0 build|start|stop|status|configure|otlp-endpoint|query-url" >&2; exit 2 ;;
 esac

@@ -9,11 +9,15 @@
 #
 # The jars are resolved once by Maven from scripts/kafka/pom.xml into
 # .local/kafka/libs (CDC_OUTBOX_KAFKA_JARS moves them), whatever the state
-# folder, and reused. The broker listens on 127.0.0.1 on free ports
-# chosen at first start and kept, so a restarted broker is found at the same
-# address; its log dir survives stop, kill and restart (destroy removes it).
-# "Ready" means the broker answered a metadata request on both client
-# listeners (scripts/kafkaready), not that some time passed.
+# folder, and reused. The broker listens on 127.0.0.1 on free ports below
+# the kernel's ephemeral range (scripts/lib/ports.sh), chosen at first
+# start and kept, so a restarted broker is found at the same address; its
+# log dir survives stop, kill and restart (destroy removes it). A first
+# start that loses a port to another program before the broker binds it
+# starts again on new ports. "Ready" means the broker answered a metadata
+# request on both client listeners (scripts/kafkaready), not that some time
+# passed; a broker that exits meanwhile ends the wait at once, with the
+# cause from its log.
 #
 # Two client listeners, each printed by a subcommand (one line, nothing else):
 #
@@ -45,6 +49,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/ports.sh
+. "$repo/scripts/lib/ports.sh"
 state="${CDC_OUTBOX_LOCAL:-$repo/.local}/kafka"
 # The jars are a cache, shared by every state folder (the demo's, a test's).
 libs="${CDC_OUTBOX_KAFKA_JARS:-$repo/.local/kafka/libs}"
@@ -57,22 +63,11 @@ sasl_user="cdc-outbox"
 logfile="$state/kafka.log"
 pom="$repo/scripts/kafka/pom.xml"
 
+# Until the broker first answered, nobody knows its ports: a start that
+# lost one may choose them all again.
+unstarted="$state/unstarted"
+
 die() { echo "kafka.sh: $*" >&2; exit 1; }
-
-port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# free_port [below [taken...]]: a port nothing listens on, under below
-# (default 40000), other than the taken ones.
-free_port() {
-	local p below=${1:-40000}
-	shift || true
-	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % (below - 20000)))
-		case " $* " in *" $p "*) continue ;; esac
-		if port_is_free "$p"; then echo "$p"; return; fi
-	done
-	die "no free port found on 127.0.0.1"
-}
 
 # conf_port KEY LISTENER: the port of LISTENER in the KEY line of the
 # existing server.properties (listeners, advertised.listeners), or nothing.
@@ -168,20 +163,18 @@ configure() {
 	cport=$(conf_port listeners CONTROLLER)
 	sport=$(conf_port listeners SASL_SSL)
 	[ ! -f "$conf" ] || logdirs=$(sed -n 's/^log\.dirs=//p' "$conf" | head -n 1)
-	[ -n "$port" ] || port=$(free_port)
-	[ -n "$cport" ] || cport=$(free_port 40000 "$port")
-	[ -n "$sport" ] || sport=$(free_port 40000 "$port" "$cport")
+	[ -f "$conf" ] || touch "$unstarted"
+	[ -n "$port" ] || port=$(free_port) || exit 1
+	[ -n "$cport" ] || cport=$(free_port "$port") || exit 1
+	[ -n "$sport" ] || sport=$(free_port "$port" "$cport") || exit 1
 	# The PROXIED listener: the broker listens on pport and advertises
 	# padv, where a test's proxy listens (forwarding to pport) while it
-	# runs. padv is taken below the kernel's ephemeral range, so no
-	# outgoing connection is given it as its local port meanwhile.
-	local pport padv ephemeral
+	# runs.
+	local pport padv
 	pport=$(conf_port listeners PROXIED)
 	padv=$(conf_port advertised.listeners PROXIED)
-	ephemeral=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-	[ "$ephemeral" -gt 21000 ] 2>/dev/null || ephemeral=40000
-	[ -n "$pport" ] || pport=$(free_port 40000 "$port" "$cport" "$sport")
-	[ -n "$padv" ] || padv=$(free_port "$ephemeral" "$port" "$cport" "$sport" "$pport")
+	[ -n "$pport" ] || pport=$(free_port "$port" "$cport" "$sport") || exit 1
+	[ -n "$padv" ] || padv=$(free_port "$port" "$cport" "$sport" "$pport") || exit 1
 	make_tls
 	make_password
 	local pw
@@ -249,12 +242,14 @@ pid() { cat "$pidfile" 2>/dev/null || true; }
 running() {
 	local p
 	p=$(pid)
-	[ -n "$p" ] && [ -r "/proc/$p/stat" ] && [ "$(awk '{print $3}' "/proc/$p/stat")" != Z ]
+	[ -n "$p" ] && ports_alive "$p"
 }
 
+# ready waits up to $1 for the broker to serve, and no longer than its
+# process lives.
 ready() {
 	(cd "$repo" && go run ./scripts/kafkaready -brokers "$(cat "$state/brokers")" -timeout "$1" \
-		-sasl-brokers "$(cat "$state/sasl-brokers")" -ca-file "$tls/ca.pem" \
+		-pid "$(pid)" -sasl-brokers "$(cat "$state/sasl-brokers")" -ca-file "$tls/ca.pem" \
 		-scram-user "$sasl_user" -scram-password-file "$password_file")
 }
 
@@ -273,22 +268,43 @@ start() {
 		stop
 	fi
 	jars
-	configure
-	format
-	local j
+	local j attempt offset lost
 	j=$(java_bin)
-	# setsid: the broker must outlive the shell that started it and must not
-	# get the terminal's Ctrl-C meant for a test run.
-	setsid "$j" -Xms256m -Xmx512m -XX:+UseG1GC \
-		-Dlog4j2.configurationFile="$repo/scripts/kafka/log4j2.properties" \
-		-cp "$libs/*" kafka.Kafka "$conf" </dev/null >>"$logfile" 2>&1 &
-	echo $! >"$pidfile"
-	md5sum <"$conf" >"$state/started-conf"
-	if ! ready 90s; then
-		tail -n 20 "$logfile" >&2
-		die "broker did not answer a metadata request within 90s; log: $logfile"
-	fi
-	echo "kafka running: $(cat "$state/brokers")"
+	for attempt in 1 2 3 4 5; do
+		configure
+		format
+		offset=$(stat -c %s "$logfile" 2>/dev/null || echo 0)
+		# setsid: the broker must outlive the shell that started it and must not
+		# get the terminal's Ctrl-C meant for a test run.
+		setsid "$j" -Xms256m -Xmx512m -XX:+UseG1GC \
+			-Dlog4j2.configurationFile="$repo/scripts/kafka/log4j2.properties" \
+			-cp "$libs/*" kafka.Kafka "$conf" </dev/null >>"$logfile" 2>&1 &
+		echo $! >"$pidfile"
+		md5sum <"$conf" >"$state/started-conf"
+		if ready 90s; then
+			rm -f "$unstarted"
+			echo "kafka running: $(cat "$state/brokers")"
+			return
+		fi
+		if running; then
+			tail -n 20 "$logfile" >&2
+			die "broker did not answer a metadata request within 90s; log: $logfile"
+		fi
+		rm -f "$pidfile"
+		lost=$(ports_lost "$logfile" "$offset") || {
+			tail -c +"$((offset + 1))" "$logfile" | tail -n 20 >&2
+			die "the broker exited at start (its log is above); log: $logfile"
+		}
+		if [ ! -e "$unstarted" ]; then
+			die "the broker could not bind one of its ports, which clients already know: $lost. Stop what holds it (ss -ltnp), or run 'scripts/kafka.sh destroy' to start afresh on new ports"
+		fi
+		[ "$attempt" -lt 5 ] || die "the broker lost a port at each of 5 starts, the last: $lost; log: $logfile"
+		# A port found free was taken before the broker bound it. Nothing
+		# was stored yet: new ports, and a log dir formatted for them (the
+		# controller's address is written into it).
+		echo "kafka.sh: $lost; starting again on new ports" >&2
+		rm -rf "$data" "$conf" "$state/brokers" "$state/sasl-brokers" "$state/started-conf"
+	done
 }
 
 wait_gone() {
@@ -345,7 +361,7 @@ destroy)
 	stop || true
 	# Keep the downloaded jars: they are a cache, not state.
 	rm -rf "$data" "$conf" "$conf".new.* "$state/brokers" "$state/sasl-brokers" "$state/started-conf" \
-		"$tls" "$password_file" "$logfile" "$state/format.log"
+		"$tls" "$password_file" "$logfile" "$state/format.log" "$unstarted"
 	;;
 *)
 	echo "usage: $0 start|stop|restart|kill|pause|resume|status|logs|destroy" >&2

@@ -6,8 +6,10 @@
 #
 # The cluster is built from the machine's server binaries (initdb/pg_ctl on
 # PATH, else the newest /usr/lib/postgresql/*/bin), listens on 127.0.0.1 only,
-# on a free port chosen at first start and kept for later restarts, and has
-# wal_level=logical so cdc-outbox can stream from it. `url` prints a libpq URL
+# on a free port below the kernel's ephemeral range (scripts/lib/ports.sh)
+# chosen at first start and kept for later restarts (a first start that
+# lost it to another program before the server bound it starts again on a
+# new one), and has wal_level=logical so cdc-outbox can stream from it. `url` prints a libpq URL
 # for the superuser `postgres` (trust authentication: it is local and
 # throwaway). `version` prints the server binaries' version.
 #
@@ -41,6 +43,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/ports.sh
+. "$repo/scripts/lib/ports.sh"
 major="${PG_VERSION:-}"
 state="${CDC_OUTBOX_LOCAL:-$repo/.local}/postgres${major:+-$major}"
 # Downloaded binaries are kept apart from the state folder: the clusters
@@ -205,25 +209,14 @@ as() {
 	fi
 }
 
-port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 # port prints the cluster's port, choosing one at first use: a free one
-# below the kernel's range of ephemeral ports (where outgoing connections
-# take their local port, and could take it between now and the start).
+# below the kernel's range of ephemeral ports (scripts/lib/ports.sh).
 port() {
 	if [ ! -s "$portfile" ]; then
 		mkdir -p "$state"
-		local p lo=32768
-		read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
-		[ "$lo" -gt 12000 ] 2>/dev/null || lo=40000
-		for _ in $(seq 1 200); do
-			p=$((10000 + RANDOM % (lo - 10000)))
-			if port_is_free "$p"; then
-				echo "$p" >"$portfile"
-				break
-			fi
-		done
-		[ -s "$portfile" ] || die "no free port found on 127.0.0.1"
+		local p
+		p=$(free_port) || exit 1
+		echo "$p" >"$portfile"
 	fi
 	cat "$portfile"
 }
@@ -316,19 +309,25 @@ start() {
 	fi
 	touch "$logfile"
 	[ -z "$runas" ] || chown "$runas" "$logfile"
-	local attempt
+	local attempt offset lost said
 	for attempt in 1 2 3 4 5; do
-		as "$(bindir)/pg_ctl" start -D "$data" -l "$logfile" -w -t 60 >/dev/null && break
-		# A port found free can be taken before the server binds it (by
-		# another cluster starting at the same moment). Before its first
-		# successful start nobody knows the cluster's port yet: take another.
-		if [ "$attempt" -lt 5 ] && [ -e "$state/unstarted" ] && tail -n 20 "$logfile" | grep -q "could not bind"; then
-			rm -f "$portfile"
-			as sed -i "s/^port = [0-9]*$/port = $(port)/" "$data/postgresql.conf"
-			continue
+		offset=$(stat -c %s "$logfile")
+		# pg_ctl -w stops waiting as soon as the postmaster exits.
+		said=$(as "$(bindir)/pg_ctl" start -D "$data" -l "$logfile" -w -t 60 2>&1 >/dev/null) && break
+		if ! lost=$(ports_lost "$logfile" "$offset"); then
+			tail -n 10 "$logfile" >&2
+			die "server did not start (${said:-pg_ctl failed}); log: $logfile"
 		fi
-		tail -n 10 "$logfile" >&2
-		die "server did not start; log: $logfile"
+		if [ ! -e "$state/unstarted" ]; then
+			die "the server could not bind its port $(port), which clients already know: $lost. Stop what holds it (ss -ltnp), or run 'scripts/postgres.sh destroy' to start afresh on a new port"
+		fi
+		[ "$attempt" -lt 5 ] || die "the server lost its port at each of 5 starts, the last: $lost; log: $logfile"
+		# A port found free can be taken before the server binds it (by
+		# another server starting at the same moment). Before its first
+		# successful start nobody knows the cluster's port yet: take another.
+		echo "postgres.sh: port $(port) taken ($lost); starting again on a new port" >&2
+		rm -f "$portfile"
+		as sed -i "s/^port = [0-9]*$/port = $(port)/" "$data/postgresql.conf"
 	done
 	rm -f "$state/unstarted"
 	echo "postgres running: $(url)"

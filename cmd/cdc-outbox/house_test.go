@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -184,5 +185,118 @@ func TestImportGraph(t *testing.T) {
 	}
 	if seen < len(allowedImports) {
 		t.Errorf("go list showed %d of the %d packages in the table:\n%s", seen, len(allowedImports), out)
+	}
+}
+
+// maxCommittedFile is the size above which a committed file is taken for a
+// build output or a data dump rather than source: the largest source file
+// is a go.sum of about 80 KB.
+const maxCommittedFile = 1 << 20
+
+// binaryMagic are the first bytes of executables and object files: ELF
+// (Linux, including Go test binaries), Mach-O (32 and 64 bit, both byte
+// orders, and universal), PE (Windows) and WebAssembly.
+var binaryMagic = [][]byte{
+	[]byte("\x7fELF"),
+	{0xfe, 0xed, 0xfa, 0xce}, {0xce, 0xfa, 0xed, 0xfe},
+	{0xfe, 0xed, 0xfa, 0xcf}, {0xcf, 0xfa, 0xed, 0xfe},
+	{0xca, 0xfe, 0xba, 0xbe},
+	[]byte("MZ"),
+	[]byte("\x00asm"),
+	[]byte("!<arch>\n"),
+}
+
+// TestNoBinaryCommitted: the repository holds no build output (a test
+// binary such as mapping.test once sat at its root, 8 MB): no committed
+// file is an executable or object file, and none is larger than
+// maxCommittedFile. .gitignore keeps the usual ones out; this catches the
+// rest, and a git add -f.
+func TestNoBinaryCommitted(t *testing.T) {
+	root, err := exec.Command("git", "-C", "../..", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skip("not a git checkout: no committed files to check")
+	}
+	top := strings.TrimSpace(string(root))
+	out, err := exec.Command("git", "-C", top, "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	files := strings.Split(strings.TrimRight(string(out), "\x00"), "\x00")
+	if len(files) < 100 {
+		t.Fatalf("git ls-files listed %d files: the check checks nothing", len(files))
+	}
+	for _, name := range files {
+		path := filepath.Join(top, name)
+		info, err := os.Lstat(path)
+		if err != nil || !info.Mode().IsRegular() {
+			continue // deleted in the work tree, or a symbolic link
+		}
+		if info.Size() > maxCommittedFile {
+			t.Errorf("%s is committed and %d bytes large: build outputs and dumps stay out of the repository (git rm --cached it; .gitignore)", name, info.Size())
+			continue
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make([]byte, 8)
+		n, _ := f.Read(head)
+		f.Close()
+		for _, magic := range binaryMagic {
+			if bytes.HasPrefix(head[:n], magic) {
+				t.Errorf("%s is a committed executable or object file: build outputs stay out of the repository (git rm --cached it; .gitignore)", name)
+				break
+			}
+		}
+	}
+}
+
+// TestServerVariablesThroughRequire: a test reads where a server is
+// (CDC_OUTBOX_TEST_*) only through internal/testenv or a library's
+// pgtest, whose Require skips under go test -short and fails when the
+// variable is unset. A test that read one itself stopped make test-unit
+// (TestTracingThroughJaeger and CDC_OUTBOX_TEST_JAEGER_CTL).
+func TestServerVariablesThroughRequire(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir("../..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".local" || d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		checked++
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "os" || (sel.Sel.Name != "Getenv" && sel.Sel.Name != "LookupEnv") {
+				return true
+			}
+			if lit, ok := call.Args[0].(*ast.BasicLit); ok && strings.HasPrefix(lit.Value, `"CDC_OUTBOX_TEST_`) {
+				t.Errorf("%s: a test reads %s itself: use testenv (or pgtest.Require), which skips under -short and fails when it is unset", fset.Position(call.Pos()), lit.Value)
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("found %d test files: the check checks nothing", checked)
 	}
 }

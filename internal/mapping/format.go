@@ -65,7 +65,6 @@ const (
 var (
 	specVersion     = []byte("1.0")
 	ctJSON          = []byte("application/json")
-	ctText          = []byte("text/plain; charset=utf-8")
 	ctOctets        = []byte("application/octet-stream")
 	ctStructuredVal = []byte(ContentTypeStructured)
 )
@@ -124,14 +123,11 @@ func mediaJSON(ct []byte) bool {
 // none); oid is the payload column's type.
 func (m *Mapper) cloudEvent(cols []Column, rec *kgo.Record, extra int, ts time.Time, oid uint32) error {
 	id, typ, aggType := rec.Headers[0].Value, rec.Headers[1].Value, rec.Headers[2].Value
-	var ct []byte
-	switch oid {
-	case oidJSON, oidJSONB:
-		ct = ctJSON
-	case oidBytea:
+	// A text or varchar payload is JSON as much as a json one: the mapping
+	// refused it otherwise (payloadLen). Only bytea holds anything.
+	ct := ctJSON
+	if oid == oidBytea {
 		ct = ctOctets
-	default:
-		ct = ctText
 	}
 	extras := rec.Headers[extra:]
 	for _, h := range extras {

@@ -48,6 +48,8 @@ const (
 	envKafkaSASLPasswordFile = "CDC_OUTBOX_TEST_KAFKA_SASL_PASSWORD_FILE"
 	envKafkaProxiedBrokers   = "CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS"
 	envKafkaProxiedTarget    = "CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET"
+
+	envJaegerCtl = "CDC_OUTBOX_TEST_JAEGER_CTL"
 )
 
 func require(t testing.TB, env string) string {
@@ -236,6 +238,11 @@ func ControlPostgres(t testing.TB, action string) { control(t, envPostgresCtl, a
 // ControlKafka runs the local broker's control script (start, stop, restart,
 // kill, pause, resume).
 func ControlKafka(t testing.TB, action string) { control(t, envKafkaCtl, action) }
+
+// JaegerCtl returns the control script of the local Jaeger, the OTLP
+// receiver of the tracing tests (scripts/jaeger.sh: start, stop,
+// otlp-endpoint, query-url), which scripts/with-servers.sh names.
+func JaegerCtl(t testing.TB) string { return require(t, envJaegerCtl) }
 
 func control(t testing.TB, env, action string) {
 	t.Helper()

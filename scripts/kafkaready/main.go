@@ -10,6 +10,11 @@
 // login succeeds. Doing it after start, rather than when the log dir is
 // formatted, works the same for a state folder made before the listener
 // existed.
+//
+// With -pid it gives up as soon as that process (the broker) has exited:
+// a broker that could not start (a port taken before it bound it) is not
+// waited for until the timeout. It then exits with status 3, and
+// scripts/kafka.sh reads the cause from the broker's log.
 package main
 
 import (
@@ -36,12 +41,13 @@ func main() {
 	caFile := flag.String("ca-file", "", "PEM CA certificate that signed the SASL_SSL listener's certificate")
 	user := flag.String("scram-user", "", "SCRAM-SHA-512 user to log in as (and create)")
 	passwordFile := flag.String("scram-password-file", "", "file holding the user's password")
+	pid := flag.Int("pid", 0, "the broker's process id: stop waiting (status 3) once it has exited; 0 waits the whole timeout")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	plain := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...)}
-	wait(ctx, *brokers, *timeout, func() error { return ping(ctx, plain) })
+	wait(ctx, *brokers, *timeout, *pid, func() error { return ping(ctx, plain) })
 	if *saslBrokers == "" {
 		return
 	}
@@ -52,7 +58,7 @@ func main() {
 		os.Exit(1)
 	}
 	upserted := false
-	wait(ctx, *saslBrokers, *timeout, func() error {
+	wait(ctx, *saslBrokers, *timeout, *pid, func() error {
 		err := ping(ctx, secure)
 		if errors.Is(err, kerr.SaslAuthenticationFailed) && !upserted {
 			// A new state folder, an older one, or a changed password
@@ -68,10 +74,28 @@ func main() {
 	})
 }
 
+// exited says whether process pid has exited: it is gone, or a zombie its
+// parent has not reaped yet.
+func exited(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which is in parentheses and may
+	// hold spaces or parentheses itself.
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || strings.HasPrefix(string(stat[i+1:]), " Z")
+}
+
 // wait calls try until it succeeds or ctx ends, then exits with the last
-// error.
-func wait(ctx context.Context, what string, timeout time.Duration, try func() error) {
+// error; it exits with status 3 as soon as process pid (unless 0), the
+// broker, has exited.
+func wait(ctx context.Context, what string, timeout time.Duration, pid int, try func() error) {
 	for {
+		if pid > 0 && exited(pid) {
+			fmt.Fprintf(os.Stderr, "kafkaready: the broker (pid %d) exited before %s answered\n", pid, what)
+			os.Exit(3)
+		}
 		last := try()
 		if last == nil {
 			return

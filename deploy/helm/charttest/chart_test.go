@@ -206,6 +206,12 @@ config: {postgres-url: postgres://a@db/x, kafka-brokers: [k:9092], http-addr: ":
 config: {postgres-url: postgres://a@db/x, kafka-brokers: [k:9092], kafka-sasl-password: hunter2}`, "/config/kafka-sasl-password"},
 		"no postgres-url": {`
 config: {kafka-brokers: [k:9092]}`, "config.postgres-url is required"},
+		// The outboxes share the stream's one connection: a list of them
+		// needs the URL as much (it once rendered postgres-url: "").
+		"outboxes but no postgres-url": {`
+config:
+  kafka-brokers: [k:9092]
+  outboxes: [{table: orders.outbox}]`, "config.postgres-url is required"},
 		"no brokers": {`
 config: {postgres-url: postgres://a@db/x}`, "config.kafka-brokers is required"},
 		"a mistyped value": {`

@@ -76,7 +76,7 @@ on a key the chart sets itself, so that no value is overridden silently.
 {{- fail (printf "config.%s: the chart sets it (docs/kubernetes.md, values.yaml); remove it from config" $key) }}
 {{- end }}
 {{- end }}
-{{- if and (not (get $config "postgres-url")) (not (hasKey $config "outboxes")) }}
+{{- if not (get $config "postgres-url") }}
 {{- fail "config.postgres-url is required: the PostgreSQL connection URL, without the password (postgres.passwordSecret)" }}
 {{- end }}
 {{- if not (get $config "kafka-brokers") }}
