@@ -46,21 +46,11 @@ logfile="$state/registry.log"
 
 die() { echo "apicurio.sh: $*" >&2; exit 1; }
 
-port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# The ports' rules are the other local servers' (scripts/lib/ports.sh):
+# below the ephemeral range, free of any socket.
+. "$repo/scripts/lib/ports.sh"
 
-# free_port [taken...]: a port nothing listens on, below the ephemeral range,
-# other than the taken ones.
-free_port() {
-	local p lo=32768
-	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
-	[ "$lo" -gt 12000 ] 2>/dev/null || lo=40000
-	for _ in $(seq 1 200); do
-		p=$((10000 + RANDOM % (lo - 10000)))
-		case " $* " in *" $p "*) continue ;; esac
-		if port_is_free "$p"; then echo "$p"; return; fi
-	done
-	die "no free port found on 127.0.0.1"
-}
+port_is_free() { ! ports_in_use | grep -qx "$1"; }
 
 java_major() { # the major version of the java binary $1, or 0
 	"$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1 | grep . || echo 0
