@@ -600,10 +600,7 @@ func TestExactlyOnceHotStandby(t *testing.T) {
 	ctx := testenv.Context(t)
 	active := e.eo()
 	e.waitStreaming()
-	standby := e.eo()
-	eventually(t, 30*time.Second, "the standby to report the slot in use", func() bool {
-		return strings.Contains(standby.logText(), "in use by another process")
-	})
+	standby := e.startStandby(exactlyOnce...)
 	wl := newWorkload(e)
 	if err := wl.write(ctx, 0, 300, 10, "payment", false); err != nil {
 		t.Fatal(err)

@@ -72,10 +72,7 @@ func TestHotStandby(t *testing.T) {
 	ctx := testenv.Context(t)
 	active := e.start()
 	e.waitStreaming()
-	standby := e.start()
-	eventually(t, 30*time.Second, "the standby to report the slot in use", func() bool {
-		return strings.Contains(standby.logText(), "in use by another process")
-	})
+	standby := e.startStandby()
 	wl := newWorkload(e)
 	if err := wl.write(ctx, 0, 100, 10, "payment", false); err != nil {
 		t.Fatal(err)

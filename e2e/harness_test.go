@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -163,6 +164,17 @@ func (e *env) startEnv(environ []string, extra ...string) *streamer {
 		}
 	})
 	return s
+}
+
+// startStandby starts a second instance on the slot of a streaming one
+// and waits until it reports the slot in use: a hot standby, waiting.
+func (e *env) startStandby(extra ...string) *streamer {
+	e.t.Helper()
+	standby := e.start(extra...)
+	eventually(e.t, 30*time.Second, "the standby to report the slot in use", func() bool {
+		return strings.Contains(standby.logText(), "in use by another process")
+	})
+	return standby
 }
 
 // waitStreaming waits until a walsender streams from the streamer's slot:
