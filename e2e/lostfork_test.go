@@ -55,17 +55,33 @@ func TestFailoverPastTheFork(t *testing.T) {
 	t.Run("at-least-once/down-across-the-failover", func(t *testing.T) { failoverPastTheFork(t, "at-least-once", true) })
 }
 
-func failoverPastTheFork(t *testing.T, delivery string, down bool) {
-	began := time.Now()
+// forkable is a PostgreSQL 17 primary with an asynchronous standby that
+// can be cut off from it, and an env of the two.
+type forkable struct {
+	primary, standby *testenv.PostgresCluster
+	// The standby replicates through cut (closed to cut it off);
+	// cdc-outbox reaches it through late, silent until it is promoted, so
+	// that the stream meets the promoted server and not the standby
+	// before.
+	cut, late *testenv.Proxy
+	e         *env
+}
+
+func cutOffStandby(t *testing.T) forkable {
+	t.Helper()
 	primary := testenv.Cluster(t, testenv.ClusterOptions{Major: 17})
-	// The standby replicates through cut (closed to cut it off); cdc-outbox
-	// reaches it through late, silent until it is promoted, so that the
-	// stream meets the promoted server and not the standby before.
 	cut := testenv.NewProxy(t, "127.0.0.1:0", hostPort(t, primary.URL))
 	standby := primary.Standby(standbySlot, testenv.ClusterOptions{Upstream: "postgres://postgres@" + cut.Addr() + "/postgres?sslmode=disable"})
 	late := testenv.NewProxy(t, "127.0.0.1:0", hostPort(t, standby.URL))
 	e := newEnvAt(t, fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=primary", hostPort(t, primary.URL), hostPort(t, standby.URL)))
 	e.runURL = fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable", hostPort(t, primary.URL), late.Addr())
+	return forkable{primary: primary, standby: standby, cut: cut, late: late, e: e}
+}
+
+func failoverPastTheFork(t *testing.T, delivery string, down bool) {
+	began := time.Now()
+	f := cutOffStandby(t)
+	primary, standby, cut, late, e := f.primary, f.standby, f.cut, f.late, f.e
 	flags := []string{"--delivery", delivery, "--slot-poll-interval", "1s"}
 	readCommitted := delivery == "exactly-once"
 
@@ -657,12 +673,8 @@ func restoredBaseBackup(t *testing.T, slotFirst, lone bool) {
 func TestFailoverInATransactionSentInPart(t *testing.T) {
 	began := time.Now()
 	ctx := testenv.Context(t)
-	primary := testenv.Cluster(t, testenv.ClusterOptions{Major: 17})
-	cut := testenv.NewProxy(t, "127.0.0.1:0", hostPort(t, primary.URL))
-	standby := primary.Standby(standbySlot, testenv.ClusterOptions{Upstream: "postgres://postgres@" + cut.Addr() + "/postgres?sslmode=disable"})
-	late := testenv.NewProxy(t, "127.0.0.1:0", hostPort(t, standby.URL))
-	e := newEnvAt(t, fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=primary", hostPort(t, primary.URL), hostPort(t, standby.URL)))
-	e.runURL = fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable", hostPort(t, primary.URL), late.Addr())
+	f := cutOffStandby(t)
+	primary, standby, cut, late, e := f.primary, f.standby, f.cut, f.late, f.e
 	flags := []string{"--slot-poll-interval", "1s"}
 	st := e.start(flags...)
 	e.waitStreaming()
