@@ -32,13 +32,7 @@ import (
 // URL and its own (v3) API's.
 func registry(t *testing.T) (ccompat, v3 string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a real schema registry")
-	}
-	ctl := os.Getenv("CDC_OUTBOX_TEST_REGISTRY_CTL")
-	if ctl == "" {
-		t.Fatal("CDC_OUTBOX_TEST_REGISTRY_CTL is not set: run the tests through scripts/with-servers.sh, which names scripts/apicurio.sh (Apicurio Registry, fetched once)")
-	}
+	ctl := testenv.RegistryCtl(t)
 	run := func(arg string) string {
 		out, err := exec.Command(ctl, arg).CombinedOutput()
 		if err != nil {

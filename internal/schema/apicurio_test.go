@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -22,13 +22,7 @@ import (
 // Confluent-compatible URL. The registry is stopped when the test ends.
 func apicurio(t *testing.T) (ctl func(string) string, url string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a real schema registry")
-	}
-	script := os.Getenv("CDC_OUTBOX_TEST_REGISTRY_CTL")
-	if script == "" {
-		t.Fatal("CDC_OUTBOX_TEST_REGISTRY_CTL is not set: run the tests through scripts/with-servers.sh, which names scripts/apicurio.sh (Apicurio Registry, fetched once)")
-	}
+	script := testenv.RegistryCtl(t)
 	ctl = func(arg string) string {
 		out, err := exec.Command(script, arg).CombinedOutput()
 		if err != nil {

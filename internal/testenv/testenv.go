@@ -49,7 +49,8 @@ const (
 	envKafkaProxiedBrokers   = "CDC_OUTBOX_TEST_KAFKA_PROXIED_BROKERS"
 	envKafkaProxiedTarget    = "CDC_OUTBOX_TEST_KAFKA_PROXIED_TARGET"
 
-	envJaegerCtl = "CDC_OUTBOX_TEST_JAEGER_CTL"
+	envJaegerCtl   = "CDC_OUTBOX_TEST_JAEGER_CTL"
+	envRegistryCtl = "CDC_OUTBOX_TEST_REGISTRY_CTL"
 )
 
 func require(t testing.TB, env string) string {
@@ -243,6 +244,11 @@ func ControlKafka(t testing.TB, action string) { control(t, envKafkaCtl, action)
 // receiver of the tracing tests (scripts/jaeger.sh: start, stop,
 // otlp-endpoint, query-url), which scripts/with-servers.sh names.
 func JaegerCtl(t testing.TB) string { return require(t, envJaegerCtl) }
+
+// RegistryCtl returns the control script of the local schema registry
+// (scripts/apicurio.sh: start, stop, url), which scripts/with-servers.sh
+// names.
+func RegistryCtl(t testing.TB) string { return require(t, envRegistryCtl) }
 
 func control(t testing.TB, env, action string) {
 	t.Helper()
