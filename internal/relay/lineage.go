@@ -134,13 +134,10 @@ const publishedEvery = time.Second
 
 // watch records, in at-least-once delivery, how far the stream has handed
 // transactions to Kafka and in which epoch (at), with the timeline, every
-// publishedEvery while it streams and moves on, until ctx ends. Only a
-// position read while the stream streams on one timeline throughout is
-// written: after a connection is lost, a promoted standby's timeline must
-// not be written with positions read on the old primary. A write that
-// fails is a WARN (once until one succeeds): the record is for the next
-// start, the stream does not wait on it.
-func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() checkpoint.Published) {
+// publishedEvery while it streams and moves on, until ctx ends (publish).
+// A write that fails is a WARN (once until one succeeds): the record is
+// for the next start, the stream does not wait on it.
+func (l *lineage) watch(ctx context.Context, st streamState, at func() checkpoint.Published) {
 	var last checkpoint.Published
 	failing := false
 	tick := time.NewTicker(publishedEvery)
@@ -151,18 +148,7 @@ func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() c
 			return
 		case <-tick.C:
 		}
-		tl := st.Timeline()
-		if !st.Connected() {
-			continue
-		}
-		p := at()
-		p.Timeline = tl
-		if !st.Connected() || st.Timeline() != tl || p == last || p.End == 0 {
-			continue
-		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := l.store.Write(wctx, sink.PublishedKey(l.stream), p.Encode())
-		cancel()
+		p, err := l.publish(ctx, st, at, last)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
@@ -172,6 +158,37 @@ func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() c
 			last, failing = p, false
 		}
 	}
+}
+
+// streamState is what the published record is read with: the stream's
+// timeline, and whether it streams (replication.Stream).
+type streamState interface {
+	Timeline() int32
+	Connected() bool
+}
+
+// publish writes the published record once: how far the stream has handed
+// transactions to Kafka (at), with the timeline, unless it is last, the
+// one written before. Only a position read while the stream streams on one
+// timeline throughout is written: after a connection is lost, a promoted
+// standby's timeline must not be written with positions read on the old
+// primary. It returns what it wrote (last when nothing).
+func (l *lineage) publish(ctx context.Context, st streamState, at func() checkpoint.Published, last checkpoint.Published) (checkpoint.Published, error) {
+	tl := st.Timeline()
+	if !st.Connected() {
+		return last, nil
+	}
+	p := at()
+	p.Timeline = tl
+	if !st.Connected() || st.Timeline() != tl || p == last || p.End == 0 {
+		return last, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.store.Write(wctx, sink.PublishedKey(l.stream), p.Encode()); err != nil {
+		return last, err
+	}
+	return p, nil
 }
 
 // Begin records that the events of e's lost range in Kafka are of a
