@@ -92,8 +92,15 @@ func (p *Pipeline) verifyBegin(final pglogrepl.LSN) error {
 func (p *Pipeline) verifyLone(at pglogrepl.LSN) (skip bool, err error) {
 	m := p.verify
 	switch {
-	case at == m.End && p.namedPassed && p.tentative == 0:
-		p.verify, p.namedPassed = nil, false
+	case at < m.End && p.namedPassed:
+		// Another lone message between the named commit and the one the
+		// checkpoint was written at: held like a transaction until the
+		// checkpoint is verified (no transaction is skipped tentatively
+		// while namedPassed: any refutes it).
+		p.tentative++
+		return true, nil
+	case at == m.End && p.namedPassed:
+		p.verify, p.namedPassed, p.tentative = nil, false, 0
 		p.through = max(p.through, m.End)
 		p.ckpt.Hold(false)
 		p.log.Info("skipping a non-transactional message whose dead-letter record Kafka holds already (exactly-once): the Kafka checkpoint was written at it, "+

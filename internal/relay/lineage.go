@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
@@ -49,6 +50,11 @@ type lineage struct {
 	epochs    checkpoint.Epochs
 	published checkpoint.Published // as load read it (at-least-once)
 	known     bool                 // epochs were read (set)
+	// floor is the published record's position when the stream last took
+	// the slot and found it on the server's history: Kafka holds events up
+	// to it there, whoever published them, so no published record written
+	// after it says less (publish).
+	floor pglogrepl.LSN
 }
 
 // set sets the epochs read when the slot was taken (the value of the
@@ -118,6 +124,9 @@ func (l *lineage) holding(h replication.History) (checkpoint.Epochs, error) {
 	l.mu.Unlock()
 	lost, from := checkpoint.LostPast(pub, h.Timeline, h.Ends, h.Flushed)
 	if !lost {
+		l.mu.Lock()
+		l.floor = pub.End
+		l.mu.Unlock()
 		return es, nil
 	}
 	l.lost.LostHistory()
@@ -172,7 +181,11 @@ type streamState interface {
 // one written before. Only a position read while the stream streams on one
 // timeline throughout is written: after a connection is lost, a promoted
 // standby's timeline must not be written with positions read on the old
-// primary. It returns what it wrote (last when nothing).
+// primary. It never writes a position below floor: a process that starts
+// again from the slot's position hands on transactions below what the one
+// before it published, and a record that went back would hide the events
+// Kafka holds past it from a start on a standby that forked in between.
+// It returns what it wrote (last when nothing).
 func (l *lineage) publish(ctx context.Context, st streamState, at func() checkpoint.Published, last checkpoint.Published) (checkpoint.Published, error) {
 	tl := st.Timeline()
 	if !st.Connected() {
@@ -180,6 +193,9 @@ func (l *lineage) publish(ctx context.Context, st streamState, at func() checkpo
 	}
 	p := at()
 	p.Timeline = tl
+	l.mu.Lock()
+	p.End = max(p.End, l.floor)
+	l.mu.Unlock()
 	if !st.Connected() || st.Timeline() != tl || p == last || p.End == 0 {
 		return last, nil
 	}

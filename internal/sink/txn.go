@@ -143,13 +143,11 @@ func (t *Transactional) Produce(r *kgo.Record, promise func(*kgo.Record, error))
 func (t *Transactional) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time) {
 	var tl int32
 	var epoch int
-	if xid != 0 || !commitTime.IsZero() {
-		if t.cfg.Timeline != nil {
-			tl = t.cfg.Timeline()
-		}
-		if t.cfg.Epoch != nil {
-			epoch = t.cfg.Epoch()
-		}
+	if t.cfg.Timeline != nil {
+		tl = t.cfg.Timeline()
+	}
+	if t.cfg.Epoch != nil {
+		epoch = t.cfg.Epoch()
 	}
 	t.mu.Lock()
 	full := t.queue.Boundary(end, xid, commitTime, tl, epoch) >= t.cfg.CommitRecords

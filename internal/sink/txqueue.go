@@ -41,7 +41,8 @@ func (q *TxQueue) Add(r *kgo.Record, promise func(*kgo.Record, error)) {
 // checkpoint to end but keeps naming the last commit (Commit.Named), which
 // a later start verifies before it skips through end. Without a commit to
 // name, the checkpoint names none: a later start cannot verify it and
-// skips nothing (a repeat, never a loss).
+// skips nothing (a repeat, never a loss); it has timeline and epoch, which
+// order it among the stream's checkpoints.
 func (q *TxQueue) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time, timeline int32, epoch int) int {
 	q.boundary = len(q.queue)
 	if xid == 0 && commitTime.IsZero() {
@@ -50,6 +51,12 @@ func (q *TxQueue) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time, 
 				q.through.Named = q.through.End
 			}
 			q.through.End = end
+		}
+		if q.through.Xid == 0 {
+			// Naming no commit, it still orders by its epoch and timeline
+			// (Checkpoint.Supersedes): without them a checkpoint of an
+			// earlier epoch would be read before it.
+			q.through.Timeline, q.through.Epoch = timeline, epoch
 		}
 		return q.boundary
 	}
