@@ -206,6 +206,13 @@ func (d *exactlyOnce) holding(ctx context.Context, h replication.History) error 
 func takeCheckpoint(cp sink.Checkpoint, h replication.History, p target, lin *lineage, obs LineageObserver, log *slog.Logger, attrs ...any) error {
 	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime, Epoch: cp.Commit.Epoch, Named: cp.Commit.Named}
 	trust := checkpoint.Decide(mark, h.Timeline, h.Ends, h.Flushed)
+	lin.mu.Lock()
+	recorded := lin.epochs.Lost(mark)
+	lin.mu.Unlock()
+	if trust.Verify && recorded {
+		// A restore lost it, and the server has written that far again.
+		trust = checkpoint.Trust{Why: "a history epoch records the checkpoint's history as lost at its position"}
+	}
 	attrs = append(attrs, "checkpoint_lsn", cp.LSN, "checkpoint_timeline", mark.Timeline, "timeline", h.Timeline,
 		"stream_start_lsn", p.Newest(), "server_flushed_lsn", h.Flushed, "written_at", cp.At)
 	switch {

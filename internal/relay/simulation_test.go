@@ -37,7 +37,7 @@ import (
 
 var (
 	simSeed  = flag.Int64("seed", -1, "run the simulation of the recovery protocol for this seed only, printing its trace")
-	simSeeds = flag.Int("seeds", 300, "how many seeds the simulation of the recovery protocol runs")
+	simSeeds = flag.Int("seeds", 1000, "how many seeds the simulation of the recovery protocol runs")
 )
 
 // TestSimulation runs the simulation for -seeds seeds (both deliveries,
@@ -170,7 +170,7 @@ func (w *world) step() {
 		add(14, func() { w.srv.write() })
 	}
 	if len(w.procs) < 2 {
-		add(map[bool]int{true: 30, false: 3}[len(w.procs) == 0], w.start)
+		add(map[bool]int{true: 30, false: 6}[len(w.procs) == 0], w.start)
 	}
 	holder := w.holder()
 	for _, p := range w.procs {
@@ -184,7 +184,7 @@ func (w *world) step() {
 			add(35, func() { p.deliver(1 + w.rng.IntN(6)) })
 			add(8, func() { p.status() })
 			add(5, func() { p.keepalive() })
-			add(3, func() { p.lost("the connection broke") })
+			add(5, func() { p.lost("the connection broke") })
 		}
 		if w.exactly {
 			add(15, func() { p.commit() })
