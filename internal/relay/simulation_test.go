@@ -198,9 +198,9 @@ func (w *world) step() {
 		// After a restore, which keeps the timeline's id, a failover
 		// before the stream met the restored server would be judged by
 		// positions alone (Judge, LostPast) and cannot be seen: left out.
-		add(1, func() { w.failover() })
+		add(2, func() { w.failover() })
 	}
-	add(1, func() { w.restore() })
+	add(2, func() { w.restore() })
 	if w.kafka.away {
 		add(10, func() { w.kafka.setAway(false) })
 	} else {
