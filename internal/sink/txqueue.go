@@ -41,8 +41,8 @@ func (q *TxQueue) Add(r *kgo.Record, promise func(*kgo.Record, error)) {
 // checkpoint to end but keeps naming the last commit (Commit.Named), which
 // a later start verifies before it skips through end. Without a commit to
 // name, the checkpoint names none: a later start cannot verify it and
-// skips nothing (a repeat, never a loss); it has timeline and epoch, which
-// order it among the stream's checkpoints.
+// skips nothing (a repeat, never a loss). Either way it carries the
+// timeline and epoch of its position.
 func (q *TxQueue) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time, timeline int32, epoch int) int {
 	q.boundary = len(q.queue)
 	if xid == 0 && commitTime.IsZero() {
@@ -50,13 +50,12 @@ func (q *TxQueue) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time, 
 			if q.through.Xid != 0 && q.through.Named == 0 {
 				q.through.Named = q.through.End
 			}
-			q.through.End = end
-		}
-		if q.through.Xid == 0 {
-			// Naming no commit, it still orders by its epoch and timeline
-			// (Checkpoint.Supersedes): without them a checkpoint of an
-			// earlier epoch would be read before it.
-			q.through.Timeline, q.through.Epoch = timeline, epoch
+			// Its position is on the timeline it was read on, which
+			// Decide judges it by (a failover may come between the named
+			// commit and the message), in the stream's epoch, which
+			// orders it (Checkpoint.Supersedes) even when it names no
+			// commit.
+			q.through.End, q.through.Timeline, q.through.Epoch = end, timeline, max(q.through.Epoch, epoch)
 		}
 		return q.boundary
 	}

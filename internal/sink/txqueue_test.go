@@ -8,9 +8,9 @@ import (
 )
 
 // TestTxQueueLoneBoundary: a boundary with no commit moves the checkpoint
-// and keeps naming the last commit; with no commit to name, it still
-// carries the timeline and epoch, which order it among the stream's
-// checkpoints (Checkpoint.Supersedes).
+// and keeps naming the last commit; named or not, it carries the timeline
+// its position was read on (Decide judges it by it) and the epoch, which
+// orders it among the stream's checkpoints (Checkpoint.Supersedes).
 func TestTxQueueLoneBoundary(t *testing.T) {
 	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	var q TxQueue
@@ -34,10 +34,10 @@ func TestTxQueueLoneBoundary(t *testing.T) {
 		t.Fatalf("discarded %d records after a boundary", n)
 	}
 	q.Add(&kgo.Record{}, func(*kgo.Record, error) {})
-	q.Boundary(0x380, 0, time.Time{}, 2, 4)
+	q.Boundary(0x380, 0, time.Time{}, 3, 4) // on a timeline that forked after the commit
 	q.Add(&kgo.Record{}, func(*kgo.Record, error) {}) // open
 	batch, c = q.Take()
-	want := Commit{End: 0x380, Timeline: 2, Xid: 9, CommitTime: at, Epoch: 3, Named: 0x300}
+	want := Commit{End: 0x380, Timeline: 3, Xid: 9, CommitTime: at, Epoch: 4, Named: 0x300}
 	if len(batch) != 4 || c != want || len(q.Discard()) != 1 {
 		t.Fatalf("took %d records through %+v, want 4 through %+v and one left open", len(batch), c, want)
 	}
