@@ -49,7 +49,6 @@ type lineage struct {
 	mu        sync.Mutex
 	epochs    checkpoint.Epochs
 	published checkpoint.Published // as load read it (at-least-once)
-	known     bool                 // epochs were read (set)
 	// floor is the published record's position when the stream last took
 	// the slot and found it on the server's history: Kafka holds events up
 	// to it there, whoever published them, so no published record written
@@ -66,7 +65,7 @@ func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.epochs, l.known = es, true
+	l.epochs = es
 	if len(es) > 0 {
 		l.log.Info("history epochs: events of transactions committed in a later history carry their source with the epoch's number",
 			"epochs", len(es), "last", es[len(es)-1].String(), "checkpoint_topic", l.topic, "epochs_key", sink.EpochsKey(l.stream))
@@ -90,7 +89,7 @@ func (l *lineage) load(ctx context.Context) error {
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		l.mu.Lock()
-		l.epochs, l.published, l.known = nil, checkpoint.Published{}, true
+		l.epochs, l.published = nil, checkpoint.Published{}
 		l.mu.Unlock()
 		return nil
 	case err != nil:
@@ -218,17 +217,17 @@ func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if !l.known {
-		// They could not be read when the slot was taken: a new epoch
-		// must not take a number an earlier one has.
-		cp, err := l.store.Read(ctx, l.stream, l.stream)
-		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return nil, fmt.Errorf("read the stream's history epochs before recording a new one: %w; start cdc-outbox again once the broker answers", err)
-		}
-		if l.epochs, err = checkpoint.DecodeEpochs(cp.Epochs); err != nil {
-			return nil, err
-		}
-		l.known = true
+	// Read again, whether or not they were read when the slot was taken:
+	// another process may have recorded one since (this one stops on a
+	// lost history it found while another held the slot), and writing
+	// this process's copy would erase it; a new epoch must not take a
+	// number an earlier one has either.
+	cp, err := l.store.Read(ctx, l.stream, l.stream)
+	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, fmt.Errorf("read the stream's history epochs before recording a new one: %w; start cdc-outbox again once the broker answers", err)
+	}
+	if l.epochs, err = checkpoint.DecodeEpochs(cp.Epochs); err != nil {
+		return nil, err
 	}
 	es, got, changed := l.epochs.Begin(e)
 	if changed {

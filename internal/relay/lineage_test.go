@@ -53,3 +53,24 @@ func TestPublishedNeverGoesBack(t *testing.T) {
 		t.Fatalf("published %+v (%v), want it to stay at 0/900", got, err)
 	}
 }
+
+// TestBeginKeepsOthersEpochs: a process stopping on a lost history it
+// found while another held the slot records it next to the epochs the
+// other recorded meanwhile, never over them with its own copy.
+func TestBeginKeepsOthersEpochs(t *testing.T) {
+	st := &memStore{values: map[string][]byte{}}
+	l := &lineage{store: st, stream: "s", timeline: func() int32 { return 1 }, lost: silent{}, log: slog.New(slog.DiscardHandler)}
+	if err := l.load(context.Background()); err != nil { // no epochs yet
+		t.Fatal(err)
+	}
+	other := checkpoint.Epochs{{N: 1, Timeline: 1, LostTimeline: 1, LostTo: 0x500}}
+	st.values[sink.EpochsKey("s")] = other.Encode()
+	es, err := l.Begin(checkpoint.Epoch{Timeline: 2, From: 0x400, LostTimeline: 1, LostFrom: 0x400, LostTo: 0x480})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := checkpoint.DecodeEpochs(st.values[sink.EpochsKey("s")])
+	if err != nil || len(es) != 2 || len(stored) != 2 || stored[0].LostTo != 0x500 || stored[1].N != 2 {
+		t.Fatalf("epochs %v, stored %v (%v): want the other process's epoch 1 and this one as 2", es, stored, err)
+	}
+}

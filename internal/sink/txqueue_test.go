@@ -34,7 +34,7 @@ func TestTxQueueLoneBoundary(t *testing.T) {
 		t.Fatalf("discarded %d records after a boundary", n)
 	}
 	q.Add(&kgo.Record{}, func(*kgo.Record, error) {})
-	q.Boundary(0x380, 0, time.Time{}, 3, 4) // on a timeline that forked after the commit
+	q.Boundary(0x380, 0, time.Time{}, 3, 4)           // on a timeline that forked after the commit
 	q.Add(&kgo.Record{}, func(*kgo.Record, error) {}) // open
 	batch, c = q.Take()
 	want := Commit{End: 0x380, Timeline: 3, Xid: 9, CommitTime: at, Epoch: 4, Named: 0x300}
