@@ -179,6 +179,9 @@ type Pipeline struct {
 	verify    *checkpoint.Mark
 	tentative uint64
 	unproven  bool // the open transaction is skipped tentatively
+	// holds is the position of a Kafka checkpoint the stream cannot
+	// verify (Holds).
+	holds pglogrepl.LSN
 	// namedPassed: verify is a lone message's checkpoint whose named
 	// commit the slot had confirmed, which the server does not send again.
 	namedPassed bool

@@ -48,12 +48,19 @@ func (p *Pipeline) Verify(m checkpoint.Mark) {
 // timeline forked before it, or a server whose WAL ends before it, finds a
 // history lost. Call it from the replication goroutine.
 func (p *Pipeline) Newest() pglogrepl.LSN {
-	n := max(p.HandedOn(), p.through)
+	n := max(p.HandedOn(), p.through, p.holds)
 	if p.verify != nil {
 		n = max(n, p.verify.End)
 	}
 	return n
 }
+
+// Holds says, in exactly-once delivery, that Kafka holds events up to lsn
+// by a checkpoint the stream skips nothing by (one that cannot be
+// verified): they count in Newest all the same, so that a server found
+// later with its WAL ending before them (a restore) is a lost history.
+// Call it from the replication goroutine.
+func (p *Pipeline) Holds(lsn pglogrepl.LSN) { p.holds = max(p.holds, lsn) }
 
 // HandedOn is the newest position handed on: the end of the newest
 // transaction committed to the tracker, or the newest change produced in

@@ -68,6 +68,7 @@ type target interface {
 	Newest() pglogrepl.LSN
 	Epoch() int
 	HandedOn() pglogrepl.LSN
+	Holds(lsn pglogrepl.LSN)
 }
 
 // atLeastOnce publishes with the idempotent producer; its recovery is the
@@ -237,6 +238,9 @@ func takeCheckpoint(cp sink.Checkpoint, h replication.History, p target, lin *li
 	default:
 		log.Warn("exactly-once delivery: the Kafka checkpoint cannot be verified on this server's WAL history: nothing is skipped, "+
 			"so transactions Kafka holds may be published again", append(attrs, "why", trust.Why)...)
+		// Kafka holds events up to it all the same: a server found later
+		// with less WAL lost them (Judge).
+		p.Holds(cp.LSN)
 	}
 	return nil
 }

@@ -597,10 +597,10 @@ func (p *process) exit(err error) {
 	}
 }
 
-// noteRepeats: a checkpoint that Decide neither verifies nor finds lost
-// lets the start skip nothing, a repeat the guarantees document (a
-// checkpoint at a lone message that names no commit); the events up to it
-// may be published twice.
+// noteRepeats: a checkpoint that names no commit (at a lone message) lets
+// the start skip nothing, a repeat the guarantees document: the events up
+// to it, or up to the fork when it is found lost past one, may be
+// published twice.
 func (w *world) noteRepeats(h replication.History) {
 	cp, err := w.kafka.Read(context.Background(), simStream, simStream)
 	if err != nil || !cp.Found {
@@ -608,11 +608,17 @@ func (w *world) noteRepeats(h replication.History) {
 	}
 	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime, Epoch: cp.Commit.Epoch, Named: cp.Commit.Named}
 	trust := checkpoint.Decide(mark, h.Timeline, h.Ends, h.Flushed)
-	if trust.Verify || trust.Lost {
+	limit := cp.LSN // not verified: nothing skipped
+	switch {
+	case trust.Verify:
 		return
+	case trust.Lost && trust.Skip < trust.LostFrom:
+		limit = trust.LostFrom // lost past a fork, nothing skipped up to it
+	case trust.Lost:
+		return // the rest is a new epoch's
 	}
 	for _, it := range w.srv.wal {
-		if it.end <= cp.LSN {
+		if it.end <= limit {
 			for _, e := range it.events {
 				w.repeatsOK[e.uid] = true
 			}
