@@ -22,7 +22,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 )
 
-// landed is a record in Kafka, as the checks read it.
+// landed is a record in Kafka, as the checks read it (world.add).
 type landed struct {
 	topic, source, id string
 	uid               int
@@ -38,7 +38,6 @@ type inflight struct {
 
 type kafka struct {
 	w        *world
-	records  []landed
 	away     bool
 	epochs   []byte
 	pub      []byte
@@ -64,7 +63,6 @@ func (k *kafka) land(p *process, r *kgo.Record) {
 			l.source = string(h.Value)
 		}
 	}
-	k.records = append(k.records, l)
 	p.w.add(l)
 }
 

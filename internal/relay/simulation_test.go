@@ -557,8 +557,8 @@ func (p *process) stop() {
 		for p.w.kafka.ack(p) {
 		}
 	}
-	if p.txp != nil {
-		p.txp.commit()
+	for range 3 { // a commit of unknown outcome settled, what is queued, settled again
+		p.commit()
 	}
 	if p.dead {
 		return
