@@ -21,7 +21,7 @@ in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 # time (3 minutes on 2 cores without the race detector).
 CHART_TESTS := deploy/helm/charttest
 
-.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes jaeger
+.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes jaeger simulate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -91,6 +91,13 @@ test-unit:
 	$(GO) test -short -count=1 ./...
 	$(call in_libs,test -short -count=1 ./...)
 	cd $(CHART_TESTS) && $(GO) test -short -count=1 ./...
+
+# The simulation of the recovery protocol (internal/relay, TestSimulation)
+# for SEEDS seeds; make test runs its default 1000. A failing seed prints
+# its trace and the command that replays it.
+SEEDS ?= 10000
+simulate:
+	$(GO) test -count=1 -timeout 0 -run TestSimulation ./internal/relay -seeds $(SEEDS)
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

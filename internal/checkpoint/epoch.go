@@ -220,3 +220,18 @@ func LostPast(p Published, timeline int32, ends map[int32]pglogrepl.LSN, flushed
 	}
 	return false, 0
 }
+
+// Lost reports whether an epoch of es records the history the checkpoint m
+// was written on as lost at m's position: Kafka holds it, the server does
+// not. Decide, which judges by positions, may find such a checkpoint on
+// the server's WAL once the server has written that far again on the same
+// timeline (a restore); its commit, or the lone message it was written at,
+// is then another history's, and the stream must skip nothing by it.
+func (es Epochs) Lost(m Mark) bool {
+	for _, e := range es {
+		if e.N > m.Epoch && e.LostEpoch == m.Epoch && e.LostTimeline == m.Timeline && e.LostFrom < m.End && m.End <= e.LostTo {
+			return true
+		}
+	}
+	return false
+}

@@ -143,3 +143,27 @@ func TestEpochsEncode(t *testing.T) {
 		t.Fatal("a bad LSN decoded")
 	}
 }
+
+// TestEpochsLost: a checkpoint is of a lost history when an epoch records
+// its epoch's WAL of its timeline as lost through its position.
+func TestEpochsLost(t *testing.T) {
+	es := checkpoint.Epochs{
+		{N: 1, Timeline: 1, LostEpoch: 0, LostTimeline: 1, LostTo: 0x500},                               // a restore
+		{N: 2, Timeline: 3, From: 0x800, LostEpoch: 1, LostTimeline: 2, LostFrom: 0x800, LostTo: 0x900}, // a failover
+	}
+	for _, c := range []struct {
+		m    checkpoint.Mark
+		want bool
+	}{
+		{checkpoint.Mark{End: 0x500, Timeline: 1}, true},
+		{checkpoint.Mark{End: 0x501, Timeline: 1}, false},           // past what was lost: written later
+		{checkpoint.Mark{End: 0x400, Timeline: 1, Epoch: 1}, false}, // the new history's
+		{checkpoint.Mark{End: 0x880, Timeline: 2, Epoch: 1}, true},
+		{checkpoint.Mark{End: 0x800, Timeline: 2, Epoch: 1}, false}, // at the fork: on both
+		{checkpoint.Mark{End: 0x880, Timeline: 3, Epoch: 2}, false},
+	} {
+		if got := es.Lost(c.m); got != c.want {
+			t.Errorf("Lost(%+v) = %v, want %v", c.m, got, c.want)
+		}
+	}
+}

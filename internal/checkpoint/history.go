@@ -90,6 +90,14 @@ type Trust struct {
 func Decide(m Mark, timeline int32, ends map[int32]pglogrepl.LSN, flushed pglogrepl.LSN) Trust {
 	end, inHistory := ends[m.Timeline]
 	switch {
+	case !m.Known() && m.End > flushed:
+		// Named or not, a position the server's WAL does not reach is
+		// on another history.
+		return Trust{Lost: true,
+			Why: fmt.Sprintf("the checkpoint, which names no commit, lies past the server's WAL, flushed up to %s: it was written on another history (a restore, or a standby started as a primary)", flushed)}
+	case !m.Known() && m.Timeline != 0 && m.Timeline != timeline && inHistory && m.End > end:
+		return Trust{Lost: true, LostFrom: end,
+			Why: fmt.Sprintf("the checkpoint, which names no commit, was written on timeline %d past its end at %s, where the server's timeline %d forked from it", m.Timeline, end, timeline)}
 	case !m.Known():
 		return Trust{Why: "the checkpoint was written by an older version of cdc-outbox and does not name its timeline and commit"}
 	case m.Timeline != timeline && !inHistory:

@@ -45,6 +45,10 @@ func TestDecide(t *testing.T) {
 		{"a sibling's timeline", mark(2, 0x100), 2, map[int32]pglogrepl.LSN{1: 0x50}, checkpoint.Trust{Verify: true}, ""},
 		{"an older record", checkpoint.Mark{End: 0x100}, 1, nil, checkpoint.Trust{}, "older version"},
 		{"an older record with a timeline only", checkpoint.Mark{End: 0x100, Timeline: 1}, 1, nil, checkpoint.Trust{}, "older version"},
+		{"naming no commit, past the server's WAL", checkpoint.Mark{End: 0x7000001, Timeline: 1}, 1, nil, checkpoint.Trust{Lost: true}, "names no commit, lies past the server's WAL"},
+		{"an older record past the server's WAL", checkpoint.Mark{End: 0x7000001}, 1, nil, checkpoint.Trust{Lost: true}, "names no commit, lies past the server's WAL"},
+		{"naming no commit, past the fork", checkpoint.Mark{End: 0x5000100, Timeline: 2}, 3, ends, checkpoint.Trust{Lost: true, LostFrom: 0x5000000}, "names no commit, was written on timeline 2 past its end"},
+		{"naming no commit, before the fork", checkpoint.Mark{End: 0x4000000, Timeline: 2}, 3, ends, checkpoint.Trust{}, "older version"},
 	} {
 		got := checkpoint.Decide(c.m, c.timeline, c.ends, 0x7000000)
 		why := got.Why

@@ -117,6 +117,9 @@ type exactlyOnce struct {
 	verify    *checkpoint.Mark
 	tentative uint64
 	unproven  bool
+	// holds is the position of a Kafka checkpoint the stream cannot
+	// verify (Holds).
+	holds pglogrepl.LSN
 	// namedPassed: verify is a lone message's checkpoint whose named
 	// commit the slot had confirmed, which the server does not send again.
 	namedPassed bool
@@ -205,9 +208,10 @@ func (e *exactlyOnce) lost() {
 	e.tentative, e.unproven = 0, false // the server sends them again
 }
 
-// reach is the Kafka checkpoint, or the one being verified.
+// reach is the Kafka checkpoint, the one being verified, or one that
+// cannot be (Holds).
 func (e *exactlyOnce) reach() pglogrepl.LSN {
-	n := e.through
+	n := max(e.through, e.holds)
 	if e.verify != nil {
 		n = max(n, e.verify.End)
 	}

@@ -23,7 +23,20 @@ type Lineage interface {
 // SetEpochs sets the stream's history epochs, read at start: each
 // transaction's events carry the source of the epoch its commit belongs
 // to. Call it from the replication goroutine, before the first message.
-func (p *Pipeline) SetEpochs(es checkpoint.Epochs) { p.epochs = es }
+//
+// Until the first transaction, Epoch is the epoch of the stream's
+// position, the one every transaction from there on is in at least: the
+// published record written before it (lineage) must not name an older
+// epoch, or a later restore that loses this one is taken for the restore
+// an older epoch stands for already, and no new epoch begins.
+func (p *Pipeline) SetEpochs(es checkpoint.Epochs) {
+	p.epochs = es
+	if p.tx == nil {
+		if n := es.At(p.ckpt.Confirmed()); int64(n) > p.epochNow.Load() {
+			p.epochNow.Store(int64(n))
+		}
+	}
+}
 
 // Epoch is the history epoch of the transactions the stream hands on now
 // (0: the first history).

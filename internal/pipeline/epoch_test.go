@@ -106,3 +106,15 @@ func TestRefutedCheckpointBeginsAnEpoch(t *testing.T) {
 		t.Fatalf("the epoch not recorded: err %v, %d records; want the recorder's error and none", err, len(s2.records))
 	}
 }
+
+// TestEpochBeforeTheFirstTransaction: a stream that takes the slot after
+// an epoch began reports that epoch before its first transaction, which
+// the published record then names: epoch 0 there would make a later
+// restore that loses this epoch look like the one epoch 1 stands for.
+func TestEpochBeforeTheFirstTransaction(t *testing.T) {
+	p, _, _ := newTestPipeline(t, Fail, 100)
+	p.SetEpochs(checkpoint.Epochs{{N: 1, Timeline: 1}, {N: 2, Timeline: 1, From: 50}})
+	if got := p.Epoch(); got != 2 {
+		t.Fatalf("epoch %d before the first transaction at 0/64, want 2", got)
+	}
+}

@@ -204,3 +204,30 @@ func TestNewestCountsATransactionSentInPart(t *testing.T) {
 		t.Fatalf("exactly-once Newest %s with an open transaction's records queued, want the start 0/64", eo.Newest())
 	}
 }
+
+// TestLoneMessagesBeforeTheCheckpointWithTheSlotAtItsCommit: a checkpoint
+// written at the second of two lone messages after the commit it names,
+// the slot at that commit. The server sends both messages again: the first
+// is held like a transaction, and the second verifies the checkpoint; no
+// dead letter is written again and no lost history is recorded.
+func TestLoneMessagesBeforeTheCheckpointWithTheSlotAtItsCommit(t *testing.T) {
+	m := mark(700, 50)
+	m.Named, m.CommitTime = 500, mark(500, 50).CommitTime
+
+	p, ck, s := newExactlyOnceMessages(t)
+	o := observe(p)
+	ck.Idle(500)
+	p.Verify(m)
+	if err := feed(t, p, relationMsg()); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []uint64{650, 700} {
+		if err := walAt(t, p, at, lone(at, "m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feedTx(t, p, vtx(800, 80, "2"))
+	if ids := queuedIDs(s); len(ids) != 1 || ids[0] != "2" || o.lost != 0 {
+		t.Fatalf("queued %v, lost %d; want only 2 (both dead letters are in Kafka already), nothing lost", ids, o.lost)
+	}
+}

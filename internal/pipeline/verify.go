@@ -50,6 +50,17 @@ func (p *Pipeline) Verify(m checkpoint.Mark) {
 // history lost. Call it from the replication goroutine.
 func (p *Pipeline) Newest() pglogrepl.LSN { return max(p.HandedOn(), p.d.reach()) }
 
+// Holds says, in exactly-once delivery, that Kafka holds events up to lsn
+// by a checkpoint the stream skips nothing by (one that cannot be
+// verified): they count in Newest all the same, so that a server found
+// later with its WAL ending before them (a restore) is a lost history.
+// Call it from the replication goroutine.
+func (p *Pipeline) Holds(lsn pglogrepl.LSN) {
+	if eo, ok := p.d.(*exactlyOnce); ok {
+		eo.holds = max(eo.holds, lsn)
+	}
+}
+
 // HandedOn is the newest position handed on: the end of the newest
 // transaction committed to the tracker, or the newest change produced in
 // at-least-once delivery, whichever is later. The published record says
@@ -91,8 +102,15 @@ func (e *exactlyOnce) verifyBegin(final pglogrepl.LSN) (skip bool, err error) {
 func (e *exactlyOnce) verifyLone(at pglogrepl.LSN) (skip bool, err error) {
 	m, p := e.verify, e.p
 	switch {
-	case at == m.End && e.namedPassed && e.tentative == 0:
-		e.verify, e.namedPassed = nil, false
+	case at < m.End && e.namedPassed:
+		// Another lone message between the named commit and the one the
+		// checkpoint was written at: held like a transaction until the
+		// checkpoint is verified (no transaction is skipped tentatively
+		// while namedPassed: any refutes it).
+		e.tentative++
+		return true, nil
+	case at == m.End && e.namedPassed:
+		e.verify, e.namedPassed, e.tentative = nil, false, 0
 		e.through = max(e.through, m.End)
 		p.ckpt.Hold(false)
 		p.log.Info("skipping a non-transactional message whose dead-letter record Kafka holds already (exactly-once): the Kafka checkpoint was written at it, "+

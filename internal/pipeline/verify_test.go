@@ -190,3 +190,14 @@ func TestNewestReachesWhatWasHandedOn(t *testing.T) {
 		t.Fatalf("Newest %s with a Kafka checkpoint at 0/2BC", eo.Newest())
 	}
 }
+
+// TestNewestCountsAnUnverifiedCheckpoint: a checkpoint the stream cannot
+// verify skips nothing, but Kafka holds events up to it: a reconnect to a
+// server whose WAL ends before it (a restore) must find a lost history.
+func TestNewestCountsAnUnverifiedCheckpoint(t *testing.T) {
+	p, _, _ := newExactlyOnce(t, 0, 100)
+	p.Holds(0x900)
+	if got := p.Newest(); got != 0x900 {
+		t.Fatalf("Newest %s, want the checkpoint's 0/900", got)
+	}
+}

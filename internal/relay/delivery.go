@@ -68,6 +68,7 @@ type target interface {
 	Newest() pglogrepl.LSN
 	Epoch() int
 	HandedOn() pglogrepl.LSN
+	Holds(lsn pglogrepl.LSN)
 }
 
 // atLeastOnce publishes with the idempotent producer; its recovery is the
@@ -206,6 +207,13 @@ func (d *exactlyOnce) holding(ctx context.Context, h replication.History) error 
 func takeCheckpoint(cp sink.Checkpoint, h replication.History, p target, lin *lineage, obs LineageObserver, log *slog.Logger, attrs ...any) error {
 	mark := checkpoint.Mark{End: cp.LSN, Timeline: cp.Commit.Timeline, Xid: cp.Commit.Xid, CommitTime: cp.Commit.CommitTime, Epoch: cp.Commit.Epoch, Named: cp.Commit.Named}
 	trust := checkpoint.Decide(mark, h.Timeline, h.Ends, h.Flushed)
+	lin.mu.Lock()
+	recorded := lin.epochs.Lost(mark)
+	lin.mu.Unlock()
+	if trust.Verify && recorded {
+		// A restore lost it, and the server has written that far again.
+		trust = checkpoint.Trust{Why: "a history epoch records the checkpoint's history as lost at its position"}
+	}
 	attrs = append(attrs, "checkpoint_lsn", cp.LSN, "checkpoint_timeline", mark.Timeline, "timeline", h.Timeline,
 		"stream_start_lsn", p.Newest(), "server_flushed_lsn", h.Flushed, "written_at", cp.At)
 	switch {
@@ -230,6 +238,9 @@ func takeCheckpoint(cp sink.Checkpoint, h replication.History, p target, lin *li
 	default:
 		log.Warn("exactly-once delivery: the Kafka checkpoint cannot be verified on this server's WAL history: nothing is skipped, "+
 			"so transactions Kafka holds may be published again", append(attrs, "why", trust.Why)...)
+		// Kafka holds events up to it all the same: a server found later
+		// with less WAL lost them (Judge).
+		p.Holds(cp.LSN)
 	}
 	return nil
 }

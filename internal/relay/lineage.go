@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
@@ -48,7 +49,11 @@ type lineage struct {
 	mu        sync.Mutex
 	epochs    checkpoint.Epochs
 	published checkpoint.Published // as load read it (at-least-once)
-	known     bool                 // epochs were read (set)
+	// floor is the published record's position when the stream last took
+	// the slot and found it on the server's history: Kafka holds events up
+	// to it there, whoever published them, so no published record written
+	// after it says less (publish).
+	floor pglogrepl.LSN
 }
 
 // set sets the epochs read when the slot was taken (the value of the
@@ -60,7 +65,7 @@ func (l *lineage) set(value []byte) (checkpoint.Epochs, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.epochs, l.known = es, true
+	l.epochs = es
 	if len(es) > 0 {
 		l.log.Info("history epochs: events of transactions committed in a later history carry their source with the epoch's number",
 			"epochs", len(es), "last", es[len(es)-1].String(), "checkpoint_topic", l.topic, "epochs_key", sink.EpochsKey(l.stream))
@@ -84,7 +89,7 @@ func (l *lineage) load(ctx context.Context) error {
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		l.mu.Lock()
-		l.epochs, l.published, l.known = nil, checkpoint.Published{}, true
+		l.epochs, l.published = nil, checkpoint.Published{}
 		l.mu.Unlock()
 		return nil
 	case err != nil:
@@ -118,6 +123,9 @@ func (l *lineage) holding(h replication.History) (checkpoint.Epochs, error) {
 	l.mu.Unlock()
 	lost, from := checkpoint.LostPast(pub, h.Timeline, h.Ends, h.Flushed)
 	if !lost {
+		l.mu.Lock()
+		l.floor = pub.End
+		l.mu.Unlock()
 		return es, nil
 	}
 	l.lost.LostHistory()
@@ -134,13 +142,10 @@ const publishedEvery = time.Second
 
 // watch records, in at-least-once delivery, how far the stream has handed
 // transactions to Kafka and in which epoch (at), with the timeline, every
-// publishedEvery while it streams and moves on, until ctx ends. Only a
-// position read while the stream streams on one timeline throughout is
-// written: after a connection is lost, a promoted standby's timeline must
-// not be written with positions read on the old primary. A write that
-// fails is a WARN (once until one succeeds): the record is for the next
-// start, the stream does not wait on it.
-func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() checkpoint.Published) {
+// publishedEvery while it streams and moves on, until ctx ends (publish).
+// A write that fails is a WARN (once until one succeeds): the record is
+// for the next start, the stream does not wait on it.
+func (l *lineage) watch(ctx context.Context, st streamState, at func() checkpoint.Published) {
 	var last checkpoint.Published
 	failing := false
 	tick := time.NewTicker(publishedEvery)
@@ -151,18 +156,7 @@ func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() c
 			return
 		case <-tick.C:
 		}
-		tl := st.Timeline()
-		if !st.Connected() {
-			continue
-		}
-		p := at()
-		p.Timeline = tl
-		if !st.Connected() || st.Timeline() != tl || p == last || p.End == 0 {
-			continue
-		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := l.store.Write(wctx, sink.PublishedKey(l.stream), p.Encode())
-		cancel()
+		p, err := l.publish(ctx, st, at, last)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
@@ -172,6 +166,44 @@ func (l *lineage) watch(ctx context.Context, st *replication.Stream, at func() c
 			last, failing = p, false
 		}
 	}
+}
+
+// streamState is what the published record is read with: the stream's
+// timeline, and whether it streams (replication.Stream).
+type streamState interface {
+	Timeline() int32
+	Connected() bool
+}
+
+// publish writes the published record once: how far the stream has handed
+// transactions to Kafka (at), with the timeline, unless it is last, the
+// one written before. Only a position read while the stream streams on one
+// timeline throughout is written: after a connection is lost, a promoted
+// standby's timeline must not be written with positions read on the old
+// primary. It never writes a position below floor: a process that starts
+// again from the slot's position hands on transactions below what the one
+// before it published, and a record that went back would hide the events
+// Kafka holds past it from a start on a standby that forked in between.
+// It returns what it wrote (last when nothing).
+func (l *lineage) publish(ctx context.Context, st streamState, at func() checkpoint.Published, last checkpoint.Published) (checkpoint.Published, error) {
+	tl := st.Timeline()
+	if !st.Connected() {
+		return last, nil
+	}
+	p := at()
+	p.Timeline = tl
+	l.mu.Lock()
+	p.End = max(p.End, l.floor)
+	l.mu.Unlock()
+	if !st.Connected() || st.Timeline() != tl || p == last || p.End == 0 {
+		return last, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.store.Write(wctx, sink.PublishedKey(l.stream), p.Encode()); err != nil {
+		return last, err
+	}
+	return p, nil
 }
 
 // Begin records that the events of e's lost range in Kafka are of a
@@ -185,17 +217,17 @@ func (l *lineage) Begin(e checkpoint.Epoch) (checkpoint.Epochs, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if !l.known {
-		// They could not be read when the slot was taken: a new epoch
-		// must not take a number an earlier one has.
-		cp, err := l.store.Read(ctx, l.stream, l.stream)
-		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return nil, fmt.Errorf("read the stream's history epochs before recording a new one: %w; start cdc-outbox again once the broker answers", err)
-		}
-		if l.epochs, err = checkpoint.DecodeEpochs(cp.Epochs); err != nil {
-			return nil, err
-		}
-		l.known = true
+	// Read again, whether or not they were read when the slot was taken:
+	// another process may have recorded one since (this one stops on a
+	// lost history it found while another held the slot), and writing
+	// this process's copy would erase it; a new epoch must not take a
+	// number an earlier one has either.
+	cp, err := l.store.Read(ctx, l.stream, l.stream)
+	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, fmt.Errorf("read the stream's history epochs before recording a new one: %w; start cdc-outbox again once the broker answers", err)
+	}
+	if l.epochs, err = checkpoint.DecodeEpochs(cp.Epochs); err != nil {
+		return nil, err
 	}
 	es, got, changed := l.epochs.Begin(e)
 	if changed {

@@ -242,7 +242,7 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 				// The key of a transaction marker: version, then type
 				// (0 abort, 1 commit), two bytes each.
 				if p, ok := pending[r.ProducerID]; ok {
-					if len(r.Key) >= 4 && r.Key[3] == 1 && p.supersedes(cp) {
+					if len(r.Key) >= 4 && r.Key[3] == 1 && p.Supersedes(cp) {
 						cp = p
 					}
 					delete(pending, r.ProducerID)
@@ -266,7 +266,7 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 				switch {
 				case r.Attrs.IsTransactional():
 					pending[r.ProducerID] = c
-				case c.supersedes(cp):
+				case c.Supersedes(cp):
 					cp = c
 				}
 			}
@@ -279,7 +279,7 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 	return cp, nil
 }
 
-// supersedes reports whether c is a later checkpoint of the stream than
+// Supersedes reports whether c is a later checkpoint of the stream than
 // o. Positions grow along one history, so the higher LSN is the later one;
 // but a promotion starts a new timeline whose LSNs go on from its fork,
 // below what the lost history's checkpoints may have reached: a checkpoint
@@ -289,7 +289,7 @@ func ReadCheckpoint(ctx context.Context, cfg Config, topic, key, origin string) 
 // timeline (written by a former version) has timeline 0. A later history
 // epoch comes before both: a restore goes on with the same timeline below
 // the lost history's positions.
-func (c Checkpoint) supersedes(o Checkpoint) bool {
+func (c Checkpoint) Supersedes(o Checkpoint) bool {
 	if !o.Found {
 		return true
 	}

@@ -77,18 +77,11 @@ type Transactional struct {
 	obs TxObserver
 	log *slog.Logger
 
-	mu       sync.Mutex
-	queue    []queued // produced, not yet in a Kafka transaction, in order
-	boundary int      // queue[:boundary] are whole PostgreSQL transactions
-	through  Commit   // the last of them
-	kick     chan struct{}
+	mu    sync.Mutex
+	queue TxQueue
+	kick  chan struct{}
 
 	committed atomic.Uint64 // the checkpoint LSN of the last commit
-}
-
-type queued struct {
-	r       *kgo.Record
-	promise func(*kgo.Record, error)
 }
 
 // NewTransactional creates the exactly-once producer. It does not contact
@@ -130,7 +123,7 @@ func (t *Transactional) Fence(ctx context.Context) error {
 // producer fails (Run returns the error).
 func (t *Transactional) Produce(r *kgo.Record, promise func(*kgo.Record, error)) {
 	t.mu.Lock()
-	t.queue = append(t.queue, queued{r, promise})
+	t.queue.Add(r, promise)
 	t.mu.Unlock()
 }
 
@@ -148,36 +141,16 @@ func (t *Transactional) Produce(r *kgo.Record, promise func(*kgo.Record, error))
 // this process to name, the checkpoint names none: a later start cannot
 // verify it and skips nothing (a repeat, never a loss).
 func (t *Transactional) Boundary(end pglogrepl.LSN, xid uint32, commitTime time.Time) {
-	if xid == 0 && commitTime.IsZero() {
-		t.mu.Lock()
-		t.boundary = len(t.queue)
-		if end > t.through.End {
-			if t.through.Xid != 0 && t.through.Named == 0 {
-				t.through.Named = t.through.End
-			}
-			t.through.End = end
-		}
-		full := t.boundary >= t.cfg.CommitRecords
-		t.mu.Unlock()
-		if full {
-			t.CommitNow()
-		}
-		return
-	}
 	var tl int32
+	var epoch int
 	if t.cfg.Timeline != nil {
 		tl = t.cfg.Timeline()
 	}
-	var epoch int
 	if t.cfg.Epoch != nil {
 		epoch = t.cfg.Epoch()
 	}
 	t.mu.Lock()
-	t.boundary = len(t.queue)
-	if end > t.through.End || epoch > t.through.Epoch {
-		t.through = Commit{End: end, Timeline: tl, Xid: xid, CommitTime: commitTime, Epoch: epoch}
-	}
-	full := t.boundary >= t.cfg.CommitRecords
+	full := t.queue.Boundary(end, xid, commitTime, tl, epoch) >= t.cfg.CommitRecords
 	t.mu.Unlock()
 	if full {
 		t.CommitNow()
@@ -200,13 +173,7 @@ func (t *Transactional) CommitNow() {
 func (t *Transactional) Discard() []*kgo.Record {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []*kgo.Record
-	for _, q := range t.queue[t.boundary:] {
-		out = append(out, q.r)
-	}
-	clear(t.queue[t.boundary:])
-	t.queue = t.queue[:t.boundary]
-	return out
+	return t.queue.Discard()
 }
 
 // Checkpoint is the LSN of the last committed checkpoint record of this
@@ -261,10 +228,7 @@ func (t *Transactional) Run(ctx context.Context) error {
 // checkpoint in one transaction.
 func (t *Transactional) commitQueued(ctx context.Context) error {
 	t.mu.Lock()
-	batch := t.queue[:t.boundary:t.boundary]
-	through := t.through
-	t.queue = t.queue[t.boundary:]
-	t.boundary = 0
+	batch, through := t.queue.Take()
 	t.mu.Unlock()
 	if len(batch) == 0 {
 		return nil
@@ -300,7 +264,7 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 		t.obs.TxCommitted(len(batch), took)
 	}
 	for _, q := range batch {
-		q.promise(q.r, nil)
+		q.Promise(q.R, nil)
 	}
 	return nil
 }
@@ -309,7 +273,7 @@ func (t *Transactional) commitQueued(ctx context.Context) error {
 // transaction. A commit the broker may or may not have made is an
 // *unconfirmedError; anything else failed for good (the transaction is
 // aborted).
-func (t *Transactional) commitOnce(ctx context.Context, batch []queued, through Commit) error {
+func (t *Transactional) commitOnce(ctx context.Context, batch []Queued, through Commit) error {
 	if err := t.cl.BeginTransaction(); err != nil {
 		return t.failed("begin a transaction", err)
 	}
@@ -328,7 +292,7 @@ func (t *Transactional) commitOnce(ctx context.Context, batch []queued, through 
 		}
 	}
 	for _, q := range batch {
-		t.cl.Produce(ctx, q.r, collect)
+		t.cl.Produce(ctx, q.R, collect)
 	}
 	t.cl.Produce(ctx, CheckpointRecordAt(t.cfg.CheckpointTopic, t.cfg.CheckpointKey, t.cfg.Origin, through), collect)
 	if err := t.cl.Flush(ctx); err != nil {
