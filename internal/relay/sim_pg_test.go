@@ -59,6 +59,12 @@ type server struct {
 	xid     uint32
 	n       int // servers made, for addresses
 	base    int // the items of the WAL before this timeline began
+	// prepared is a transaction prepared for two-phase commit (PREPARE
+	// TRANSACTION) and not committed yet: its changes are in the WAL
+	// before the commits that come meanwhile, its commit (COMMIT
+	// PREPARED) comes later, and pgoutput v1 sends it then, whole, as any
+	// transaction.
+	prepared *item
 }
 
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -88,13 +94,23 @@ func (s *server) end() pglogrepl.LSN {
 func (s *server) write() {
 	rng := s.w.rng
 	at := s.flushed + pglogrepl.LSN(8*rng.IntN(3)) // other WAL before it
+	if it := s.prepared; it != nil && rng.IntN(4) == 0 {
+		s.commitPrepared(it, at)
+		return
+	}
 	s.xid++
 	it := &item{xid: s.xid, begin: at}
 	// Commit times go forward on one history but are new on each: two
 	// histories never share one to the microsecond.
 	s.w.uid++
 	it.commitTime = pgEpoch.Add(time.Duration(900_000_000+s.w.uid) * time.Second).Add(time.Duration(rng.IntN(1_000_000)) * time.Microsecond)
-	switch r := rng.IntN(20); {
+	r := rng.IntN(20)
+	if r == 4 && s.prepared == nil {
+		// Two-phase commit: the changes now, the commit later.
+		s.prepareTransaction(it, at)
+		return
+	}
+	switch {
 	case r < 2:
 		it.lone = true
 		s.msgID++
@@ -106,29 +122,66 @@ func (s *server) write() {
 		if r == 2 {
 			n = 20 + rng.IntN(40) // a big one, likely cut mid-way
 		}
-		lsn := at
-		for range n {
-			if rng.IntN(3) != 0 || lsn == at {
-				lsn += 16 // rows of one multi-row INSERT share an LSN otherwise
-			}
-			s.w.uid++
-			e := event{uid: s.w.uid, lsn: lsn}
-			switch k := rng.IntN(10); {
-			case r == 3 || k == 0:
-				e.kind, e.table = evOther, 100
-			case k == 1:
-				s.msgID++
-				e.kind, e.id = evMsg, s.msgID
-			default:
-				e.kind, e.table = evRow, 1+rng.IntN(s.w.tables)
-				s.ids[e.table]++
-				e.id = s.ids[e.table]
-			}
-			it.events = append(it.events, e)
-		}
+		lsn := s.changes(it, at, n, r == 3)
 		it.final = lsn + 16
 		it.end = it.final + 8
 	}
+	s.commit(it)
+}
+
+// changes are a transaction's n changes from at on: rows of the outbox
+// tables (their ids from the tables' bigserials), transactional messages,
+// rows of another table; only other rows when other is set. It returns
+// where the last one lies.
+func (s *server) changes(it *item, at pglogrepl.LSN, n int, other bool) pglogrepl.LSN {
+	rng := s.w.rng
+	lsn := at
+	for range n {
+		if rng.IntN(3) != 0 || lsn == at {
+			lsn += 16 // rows of one multi-row INSERT share an LSN otherwise
+		}
+		s.w.uid++
+		e := event{uid: s.w.uid, lsn: lsn}
+		switch k := rng.IntN(10); {
+		case other || k == 0:
+			e.kind, e.table = evOther, 100
+		case k == 1:
+			s.msgID++
+			e.kind, e.id = evMsg, s.msgID
+		default:
+			e.kind, e.table = evRow, 1+rng.IntN(s.w.tables)
+			s.ids[e.table]++
+			e.id = s.ids[e.table]
+		}
+		it.events = append(it.events, e)
+	}
+	return lsn
+}
+
+// prepareTransaction writes a transaction's changes and its PREPARE
+// record, and keeps it prepared.
+func (s *server) prepareTransaction(it *item, at pglogrepl.LSN) {
+	last := s.changes(it, at, 1+s.w.rng.IntN(4), false)
+	s.flushed = last + 16 // the PREPARE record
+	s.prepared = it
+	s.w.logf("%s prepares transaction %d of %d changes up to %s", s.addr, it.xid, len(it.events), s.flushed)
+}
+
+// commitPrepared writes COMMIT PREPARED of the prepared transaction at at,
+// after the transactions committed since it was prepared.
+func (s *server) commitPrepared(it *item, at pglogrepl.LSN) {
+	s.prepared = nil
+	s.w.uid++
+	it.commitTime = pgEpoch.Add(time.Duration(900_000_000+s.w.uid) * time.Second).Add(time.Duration(s.w.rng.IntN(1_000_000)) * time.Microsecond)
+	it.final = at + 16
+	it.end = it.final + 8
+	s.w.logf("%s commits prepared transaction %d, prepared at %s", s.addr, it.xid, it.begin)
+	s.commit(it)
+}
+
+// commit puts a committed transaction (or a lone message) at the end of
+// the WAL.
+func (s *server) commit(it *item) {
 	it.ids, it.msgID, it.xidEnd = s.ids, s.msgID, s.xid
 	s.wal = append(s.wal, it)
 	s.flushed = it.end
@@ -143,6 +196,9 @@ func (s *server) write() {
 // as they were after them.
 func (s *server) cut(k int) *server {
 	c := *s
+	// A transaction prepared on s is rolled back on a copy (ROLLBACK
+	// PREPARED): it was never committed there.
+	c.prepared = nil
 	c.wal = append([]*item(nil), s.wal[:k]...)
 	c.ends = s.endsCopy()
 	c.ids, c.msgID = [4]int64{}, 0
