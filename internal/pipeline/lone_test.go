@@ -105,7 +105,7 @@ func TestLoneMessageVerifiedOrRefutedAtTheCheckpoint(t *testing.T) {
 		t.Fatalf("verified by its named commit: %d records, confirmed %s; want the message skipped and 0/1F4", len(s.records), ck.Confirmed())
 	}
 
-	p, _, s = newExactlyOnceMessages(t)
+	p, _, _ = newExactlyOnceMessages(t)
 	o := observe(p)
 	p.Verify(m)
 	if err := feed(t, p, relationMsg()); err != nil {
