@@ -217,6 +217,7 @@ func (c *runConfig) relayConfig(specs []outboxSpec, kafkaOpts []kgo.Opt, m *metr
 		TransactionInterval: c.TransactionInterval,
 		Explain:             explain,
 		Tracer:              tracer,
+		StartAttrs:          []any{"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism()},
 	}
 }
 

@@ -72,6 +72,9 @@ type Config struct {
 	Explain func(error) string
 	// Tracer follows each event in a span (nil: none).
 	Tracer pipeline.Tracer
+	// StartAttrs end the stream's "starting" line (the command's: how it
+	// reaches Kafka, TLS and SASL).
+	StartAttrs []any
 }
 
 // Observer is told what happens to the stream; metrics implement it.
@@ -245,7 +248,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		o := r.pipe.Outboxes()[0]
 		attrs = append(attrs, "table", o.Table, "table_oid", o.OID, "source", o.Source)
 	}
-	r.log.Info("starting", append(attrs, "brokers", strings.Join(r.cfg.Kafka.Brokers, ","))...)
+	attrs = append(attrs, "brokers", strings.Join(r.cfg.Kafka.Brokers, ","))
+	r.log.Info("starting", append(attrs, r.cfg.StartAttrs...)...)
 	err := r.stream.Run(ctx)
 	if lerr := r.lineage.stopped(err, r.pipe.Epoch()); lerr != nil {
 		return errors.Join(err, lerr)
