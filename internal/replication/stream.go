@@ -191,7 +191,13 @@ func (s *Stream) Run(ctx context.Context) error {
 			attempt++
 			s.reconnects.Add(1)
 			wait = backoff(attempt)
-			s.log.Warn("replication connection lost; reconnecting", "error", err, "in", wait.Round(time.Millisecond), "resume_lsn", s.pos.Confirmed())
+			msg := "replication connection lost; reconnecting"
+			var later interface{ Retry() bool }
+			if errors.As(err, &later) && later.Retry() {
+				// Holding gave the slot up: what it needs is not there yet.
+				msg = "the slot was taken, but what streaming needs first is not known yet; trying again"
+			}
+			s.log.Warn(msg, "error", err, "in", wait.Round(time.Millisecond), "resume_lsn", s.pos.Confirmed())
 		}
 		select {
 		case <-ctx.Done():
