@@ -24,6 +24,7 @@ COPY idempotency/go.mod idempotency/go.sum idempotency/
 COPY consume/go.mod consume/go.sum consume/
 COPY consume/consumeprom/go.mod consume/consumeprom/go.sum consume/consumeprom/
 COPY consume/consumeotel/go.mod consume/consumeotel/go.sum consume/consumeotel/
+COPY schema/go.mod schema/go.sum schema/
 RUN go mod download
 COPY . .
 # Empty means: cdc-outbox version prints "dev" and "unknown".

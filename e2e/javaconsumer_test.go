@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/schema"
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+	"github.com/cdc-outbox/cdc-outbox/schema"
 )
 
 // registry starts Apicurio Registry through the control script that
@@ -152,7 +152,7 @@ const javaJSONSchema = `{
   "required": ["id", "amount"]
 }`
 
-// TestJavaConsumerReadsSchemaValues: values internal/schema wrote in the
+// TestJavaConsumerReadsSchemaValues: values package schema wrote in the
 // Confluent wire format, Avro, Protobuf and JSON Schema, produced to the
 // real Kafka by schemas registered in the real Apicurio Registry, are read
 // by a Java consumer with Apicurio's own deserializers (Maven Central),

@@ -143,7 +143,6 @@ var allowedImports = map[string][]string{
 	"internal/republish":   {"internal/mapping", "outbox/pgname", "internal/pipeline", "internal/replication"},
 	"internal/relay": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/pipeline", "internal/replication",
 		"internal/sink", "outbox/pgname"},
-	"internal/schema":  nil,
 	"internal/sink":    nil,
 	"internal/testenv": nil,
 	"internal/tracing": nil,

@@ -10,7 +10,7 @@ import (
 
 // The cost per event of each format with its schema cached (the registry
 // is asked once, before the loop), to weigh against the raw payload's
-// zero: go test -bench . -benchmem ./internal/schema
+// zero: go test -bench . -benchmem ./schema
 func benchmarkEncode(b *testing.B, f Format, text string, payload string) {
 	fake, r, _, _ := fakeRegistry(b, RegistryConfig{})
 	fake.SeedSchema("payments-value", 1, 7, sr.Schema{Schema: text, Type: srType(f)})

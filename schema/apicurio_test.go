@@ -4,36 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+	"github.com/cdc-outbox/cdc-outbox/schema/internal/regtest"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
 )
-
-// apicurio starts the real registry through the control script that
-// CDC_OUTBOX_TEST_REGISTRY_CTL names (scripts/with-servers.sh names
-// scripts/apicurio.sh) and returns the script's runner and the registry's
-// Confluent-compatible URL. The registry is stopped when the test ends.
-func apicurio(t *testing.T) (ctl func(string) string, url string) {
-	t.Helper()
-	script := testenv.RegistryCtl(t)
-	ctl = func(arg string) string {
-		out, err := exec.Command(script, arg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", script, arg, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	ctl("start")
-	t.Cleanup(func() { ctl("stop") })
-	return ctl, ctl("url")
-}
 
 // TestApicurio: the encoders against a real Apicurio Registry through its
 // Confluent-compatible API: a schema of each format registered (the
@@ -42,7 +22,7 @@ func apicurio(t *testing.T) (ctl func(string) string, url string) {
 // a registry stopped mid-test read as a retryable *RegistryError, never
 // as a mismatch.
 func TestApicurio(t *testing.T) {
-	ctl, url := apicurio(t)
+	ctl, url := regtest.Start(t)
 	c := &calls{}
 	r, err := NewRegistry(RegistryConfig{URL: url, Observer: c, Timeout: 5 * time.Second})
 	if err != nil {
