@@ -387,6 +387,77 @@ func TestManyOutboxesBadRow(t *testing.T) {
 	}
 }
 
+// TestBadEventPolicyPerOutbox: the configuration file gives a payments
+// outbox the policy fail and the tenants' pattern dead-letter: a tenant's
+// bad row goes to the dead-letter topic while every other event streams on;
+// a payment's bad row then stops the stream, confirming nothing past it.
+func TestBadEventPolicyPerOutbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox`)
+	ts := newTenants(e)
+	tables := ts.create("pol_", 2) // pol_00.outbox: payments; pol_01.outbox: a tenant's
+	sources := ts.sources(tables)
+	dlq := e.prefix + ".dead-letter"
+	config := filepath.Join(t.TempDir(), "cdc-outbox.yaml")
+	if err := os.WriteFile(config, []byte(`
+outboxes:
+  - table: `+tables[0]+`
+    on-bad-event: fail
+  - table: 'pol_*.outbox'
+    on-bad-event: dead-letter
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := e.start("--config", config, "--publication", e.slot, "--dead-letter-topic", dlq)
+	e.waitStreaming()
+	ctx := testenv.Context(t)
+	if err := ts.write(ctx, tables[0], 10, 5); err != nil {
+		t.Fatal(err)
+	}
+	badRow := func(table string) (id string) {
+		t.Helper()
+		// Its aggregate type makes no valid topic name.
+		if err := e.pool.QueryRow(ctx, `INSERT INTO `+table+` (aggregate_type, aggregate_id, event_type, payload)
+			VALUES ('bad/topic', 'x', 'PaymentCreated', '{}') RETURNING id::text`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	tenantBad := badRow(tables[1])
+	wait := ts.writeAll(ctx, tables, 20, 5)
+	wait()
+	v := ts.verify(e.topic("payment"), sources, 2*time.Minute)
+	t.Logf("verifier with a tenant's bad row under its dead-letter policy: %s", v)
+	if v.missing != 0 || v.unknown != 0 {
+		t.Fatalf("verifier: %s; missing: %v", v, v.missingIDs)
+	}
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	fetches := cl.PollRecords(pctx, 1)
+	if err := fetches.Err(); err != nil {
+		t.Fatalf("read the dead-letter topic: %v", err)
+	}
+	if r := fetches.Records()[0]; header(r, "id") != tenantBad || header(r, "source_table") != tables[1] {
+		t.Fatalf("dead-letter record: id %q source_table %q; want id %s of %s", header(r, "id"), header(r, "source_table"), tenantBad, tables[1])
+	}
+
+	paymentBad := badRow(tables[0])
+	after := e.currentLSN()
+	if err := s.exited(60 * time.Second); err == nil {
+		t.Fatal("the streamer exited 0 after a bad payment under its policy fail")
+	}
+	log := strings.ReplaceAll(s.logText(), `\"`, `"`)
+	if !strings.Contains(log, "bad event "+paymentBad+" at LSN ") || !strings.Contains(log, " in table "+tables[0]+": ") {
+		t.Fatalf("the error lacks event %s, its LSN or its table %s:\n%s", paymentBad, tables[0], log)
+	}
+	e.waitSlotInactive()
+	if confirmed, _ := e.slotLSNs(); confirmed >= after {
+		t.Fatalf("the slot confirmed %d, past the bad payment (WAL at %d after it)", confirmed, after)
+	}
+}
+
 // TestExactlyOnceManyOutboxes: exactly-once delivery of five outboxes in
 // one stream, one transactional producer and one checkpoint, SIGKILLed
 // twice while they are written: read_committed, every event arrives once.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 )
 
 // writeConfig writes a configuration file into a fresh directory and
@@ -384,8 +385,9 @@ outboxes:
     source: billing
     record-format: cloudevents-binary
   - table: 'tenant_*.outbox'
+    on-bad-event: dead-letter
 `)
-	c, err := parseRun(t, "--config", path)
+	c, err := parseRun(t, "--config", path, "--dead-letter-topic", "dlq")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,6 +406,9 @@ outboxes:
 	if tenant.Pattern.String() != "tenant_*.outbox" || !tenant.Pattern.IsGlob() || tenant.Mapping.Topic != "events.{aggregate_type}" ||
 		tenant.Mapping.IDColumn != "id" || tenant.Mapping.PayloadColumn != "body" || tenant.Mapping.Source != "" || tenant.Mapping.Format != mapping.FormatNative {
 		t.Errorf("tenants: %s %+v", tenant.Pattern, tenant.Mapping)
+	}
+	if b.OnBadEvent != "" || tenant.OnBadEvent != pipeline.DeadLetter {
+		t.Errorf("bad-event policies %q and %q, want the stream's (\"\") and dead-letter", b.OnBadEvent, tenant.OnBadEvent)
 	}
 	// status reads the same file and ignores the list.
 	var sc statusConfig
@@ -436,6 +441,8 @@ func TestConfigFileOutboxesErrors(t *testing.T) {
 		{"outboxes:\n  - table: a.b\n", []string{"--table", "x.y"}, `--table "x.y" with the configuration file's outboxes list`},
 		{"outboxes:\n  - table: a.b\n    record-format: cloudevents-binary\n    source: 'billing outbox'\n", nil, `source "billing outbox": record-format cloudevents-binary needs a URI-reference`},
 		{"outboxes:\n  - table: a.b\n    record-format: cloudevents\n", nil, `cloudevents`},
+		{"outboxes:\n  - table: a.b\n    on-bad-event: skip\n", nil, `cdc-outbox.yaml:2: on-bad-event "skip": use fail or dead-letter`},
+		{"outboxes:\n  - table: a.b\n    on-bad-event: dead-letter\n", []string{"--dead-letter-topic", ""}, `cdc-outbox.yaml:2: on-bad-event dead-letter needs --dead-letter-topic`},
 	} {
 		c, err := parseRun(t, append([]string{"--config", writeConfig(t, tc.file)}, tc.args...)...)
 		if err == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/relay"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
@@ -22,7 +23,7 @@ func (c *runConfig) outboxes() []outboxSpec {
 	if len(c.Outboxes) > 0 {
 		specs := make([]outboxSpec, len(c.Outboxes))
 		for i, e := range c.Outboxes {
-			specs[i] = outboxSpec{Pattern: e.pattern, Mapping: e.mapping(c.Mapping, c.Source)}
+			specs[i] = outboxSpec{Pattern: e.pattern, Mapping: e.mapping(c.Mapping, c.Source), OnBadEvent: e.values[onBadEventKey]}
 		}
 		return specs
 	}
@@ -58,6 +59,10 @@ func (c *runConfig) validateOutboxes(p *problems) {
 		p.check(m.Source == "" || !e.pattern.IsGlob(), "%s: source %q for the pattern %s: each table it matches needs a source of its own; leave source out for each table's default",
 			e.where, m.Source, e.pattern)
 		p.check(validSource(m.Source), "%s: source %q: give 1 to 255 bytes of printable UTF-8, or leave it out for the default", e.where, m.Source)
+		if policy, ok := e.values[onBadEventKey]; ok {
+			p.check(policy == pipeline.Fail || policy == pipeline.DeadLetter, "%s: on-bad-event %q: use fail or dead-letter", e.where, policy)
+			p.check(policy != pipeline.DeadLetter || c.DeadLetterTopic != "", "%s: on-bad-event dead-letter needs --dead-letter-topic (dead-letter-topic in the file)", e.where)
+		}
 		ce := m.Format == mapping.FormatCloudEventsBinary || m.Format == mapping.FormatCloudEventsStructured
 		p.check(!ce || m.Source == "" || mapping.ValidSource(m.Source),
 			"%s: source %q: record-format %s needs a URI-reference (RFC 3986: such as billing, /billing/outbox or urn:example:billing), or leave it out for the default", e.where, m.Source, m.Format)
@@ -81,7 +86,12 @@ type outboxEntry struct {
 // outboxKeys are the keys of an entry of the outboxes list, besides table:
 // the flags that shape one outbox's records.
 var outboxKeys = []string{"topic", "source", "record-format", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
-	"column-payload", "column-headers", "column-created-at", "column-tracing-span-context"}
+	"column-payload", "column-headers", "column-created-at", "column-tracing-span-context", onBadEventKey}
+
+// onBadEventKey is the entry's bad-event policy, instead of --on-bad-event:
+// a payments outbox may stop the stream while tenants' dead-letter, so one
+// tenant's bad rows never stop the others.
+const onBadEventKey = "on-bad-event"
 
 // mapping is the entry's mapping: def, the global flags', with what the
 // entry sets instead; source is --source.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -24,22 +25,24 @@ import (
 // A message's dead-letter record holds its content as it came.
 func (p *Pipeline) bad(ev *decoder.Event, be *BadEventError) error {
 	be.Message = ev.Kind == decoder.KindMessage
+	var o *outbox
+	if ev.Relation != nil {
+		o = p.reg.byRel[ev.Relation.ID]
+	}
 	if be.Table == "" && ev.Relation != nil {
 		be.Table = ev.Relation.Namespace + "." + ev.Relation.Name
-		if o := p.reg.byRel[ev.Relation.ID]; o != nil {
+		if o != nil {
 			be.Table = o.Table()
 		}
 	}
-	if p.cfg.OnBadEvent == Fail {
+	if p.policy(o) == Fail {
 		kind := KindRow
 		if be.Message {
 			kind = KindMessage
 		}
 		p.obs.Bad("failed", kind)
-		if ev.Relation != nil {
-			if o := p.reg.byRel[ev.Relation.ID]; o != nil {
-				o.failed.Add(1)
-			}
+		if o != nil {
+			o.failed.Add(1)
 		}
 		return be
 	}
@@ -50,6 +53,30 @@ func (p *Pipeline) bad(ev *decoder.Event, be *BadEventError) error {
 	}
 	p.deadLetterRecord(pd, be.EventID, be.LSN, p.deadLetterText(be), value)
 	p.send(pd)
+	return nil
+}
+
+// policy is the bad-event policy of an event of outbox o: its own, or the
+// stream's (also for an event of no outbox, o nil).
+func (p *Pipeline) policy(o *outbox) string {
+	if o != nil && o.policy != "" {
+		return o.policy
+	}
+	return p.cfg.OnBadEvent
+}
+
+// checkPolicy checks a bad-event policy: fail, or dead-letter with a
+// dead-letter topic to write to.
+func checkPolicy(policy, deadLetterTopic string) error {
+	switch policy {
+	case Fail:
+	case DeadLetter:
+		if deadLetterTopic == "" {
+			return errors.New("the dead-letter policy needs a dead-letter topic")
+		}
+	default:
+		return fmt.Errorf("unknown bad-event policy %q: use %s or %s", policy, Fail, DeadLetter)
+	}
 	return nil
 }
 

@@ -17,15 +17,16 @@ import (
 // source). The catalog says which table a relation belongs to; the
 // registry builds that table's mapper from its configured entry the first
 // time, so every outbox, found at start or created since, is mapped the
-// same way. The position and the bad-event policy are the stream's, not an
-// outbox's.
+// same way. The position is the stream's, not an outbox's; the bad-event
+// policy may be either (Config.OnBadEvents).
 //
 // The decoder reads one list of columns for every relation (wanted): the
 // union of every entry's, and each outbox picks its own from it (idx).
 type registry struct {
-	entries []mapping.Config
-	wanted  []string
-	byRel   map[uint32]*outbox // by relation id: the table and its partitions (replication goroutine only)
+	entries  []mapping.Config
+	policies []string // by entry: its own bad-event policy, "" for the stream's
+	wanted   []string
+	byRel    map[uint32]*outbox // by relation id: the table and its partitions (replication goroutine only)
 
 	mu      sync.Mutex         // guards byTable's shape and each outbox's source, read by Outboxes from any goroutine
 	byTable map[uint32]*outbox // by the outbox table's OID
@@ -39,6 +40,7 @@ type outbox struct {
 	base   string         // its source in the first history: the entry's, or the table's identity
 	source string         // its source in the epoch the stream is in
 	mapper *mapping.Mapper
+	policy string           // its own bad-event policy, "" for the stream's
 	idx    []int            // for each of mapper.Columns(), its index in registry.wanted
 	cols   []mapping.Column // reused for every insert (replication goroutine only)
 
@@ -51,7 +53,7 @@ type outbox struct {
 // newRegistry checks every entry's mapping and makes the decoder's column
 // list. An entry's empty Source is the table's identity, once known.
 func newRegistry(entries []mapping.Config) (*registry, error) {
-	r := &registry{entries: entries, byRel: map[uint32]*outbox{}, byTable: map[uint32]*outbox{}}
+	r := &registry{entries: entries, policies: make([]string, len(entries)), byRel: map[uint32]*outbox{}, byTable: map[uint32]*outbox{}}
 	for i, e := range entries {
 		if e.Source == "" {
 			// The default, the table's identity, is set once the table is
@@ -101,7 +103,7 @@ func (r *registry) table(o decoder.Outbox) (*outbox, bool, error) {
 	if cfg.Source == "" {
 		cfg.Source = o.Identity
 	}
-	ob = &outbox{Outbox: o, cfg: cfg, base: cfg.Source}
+	ob = &outbox{Outbox: o, cfg: cfg, base: cfg.Source, policy: r.policies[o.Entry]}
 	r.mu.Lock()
 	epoch := r.epoch
 	r.mu.Unlock()

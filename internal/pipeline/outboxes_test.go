@@ -2,12 +2,15 @@ package pipeline
 
 import (
 	"encoding/binary"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // outboxCatalog says which outbox each relation is, as the catalog does for
@@ -104,4 +107,91 @@ func TestOutboxesOfDifferentShapes(t *testing.T) {
 	if len(got) != 2 || got["tenant_1.outbox"] != 1 || got["billing.outbox"] != 2 {
 		t.Fatalf("events per outbox: %v, want tenant_1.outbox 1 and billing.outbox 2 (its partition's included)", got)
 	}
+}
+
+// TestBadEventPolicyPerOutbox: a tenant outbox that dead-letters and a
+// payments outbox that stops, in one stream: the tenant's bad row goes to
+// the dead-letter topic and the stream goes on; the payments outbox's bad
+// row stops it, confirming nothing past it; a relation of no outbox
+// takes the stream's policy.
+func TestBadEventPolicyPerOutbox(t *testing.T) {
+	cat := outboxCatalog{
+		10: {Entry: 0, OID: 10, Schema: "tenant_1", Name: "outbox", Identity: "sys/db/10"},
+		20: {Entry: 1, OID: 20, Schema: "payments", Name: "outbox", Identity: "sys/db/20"},
+	}
+	cols := []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload"}
+	newPipeline := func(policies ...string) (*Pipeline, *checkpoint.Tracker, *fakeSink) {
+		t.Helper()
+		ck := checkpoint.New(100)
+		s := &fakeSink{t: t}
+		p, err := New(Config{Outboxes: []mapping.Config{mapping.DefaultConfig(), mapping.DefaultConfig()}, OnBadEvent: Fail, OnBadEvents: policies,
+			DeadLetterTopic: "dlq", MaxInflightEvents: 100, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20}, ck, cat, s, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, ck, s
+	}
+
+	p, ck, s := newPipeline(DeadLetter) // the tenant's own; payments takes the stream's, fail
+	err := feed(t, p,
+		relationOf(10, "tenant_1", "outbox", cols...),
+		relationOf(20, "payments", "outbox", cols...),
+		beginMsg(500),
+		insertInto(10, "1", "bad topic!", "t-1", "Created", `{}`),
+		insertInto(20, "1", "payment", "p-1", "Created", `{}`),
+		commitMsg(600))
+	if err != nil {
+		t.Fatalf("the tenant's bad row stopped the stream: %v", err)
+	}
+	if len(s.records) != 2 || s.records[0].Topic != "dlq" || s.records[1].Topic != "outbox.event.payment" {
+		t.Fatalf("records %v, want the tenant's dead letter and the payment", topics(s.records))
+	}
+	for _, r := range s.records {
+		p.ack(r, nil)
+	}
+	if ck.Confirmed() != 600 {
+		t.Fatalf("confirmed %s, want 600", ck.Confirmed())
+	}
+	err = feed(t, p, beginMsg(700), insertInto(20, "2", "bad topic!", "p-2", "Created", `{}`))
+	var be *BadEventError
+	if !errors.As(err, &be) || be.EventID != "2" || be.Table != "payments.outbox" {
+		t.Fatalf("payments' bad row: err %v, want a bad event 2 of payments.outbox that stops the stream", err)
+	}
+	if len(s.records) != 2 || ck.Confirmed() != 600 {
+		t.Fatalf("after payments' bad row: %d records, confirmed %s; want nothing sent and 600", len(s.records), ck.Confirmed())
+	}
+
+	// Policies the other way round: the stream's dead-letter, payments' fail.
+	p, _, s = newPipeline("", Fail)
+	p.cfg.OnBadEvent = DeadLetter
+	err = feed(t, p,
+		relationOf(10, "tenant_1", "outbox", cols...),
+		relationOf(20, "payments", "outbox", cols...),
+		beginMsg(500),
+		insertInto(10, "1", "bad topic!", "t-1", "Created", `{}`),
+		insertInto(20, "1", "bad topic!", "p-1", "Created", `{}`))
+	if !errors.As(err, &be) || be.Table != "payments.outbox" || len(s.records) != 1 || s.records[0].Topic != "dlq" {
+		t.Fatalf("err %v, records %v: want the tenant's row dead-lettered and payments' stop the stream", err, topics(s.records))
+	}
+
+	for _, bad := range [][]string{{"stop"}, {Fail, DeadLetter, Fail}} {
+		_, err := New(Config{Outboxes: []mapping.Config{mapping.DefaultConfig(), mapping.DefaultConfig()}, OnBadEvent: Fail, OnBadEvents: bad,
+			DeadLetterTopic: "dlq", MaxInflightEvents: 100, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20}, checkpoint.New(100), cat, &fakeSink{t: t}, nil, slog.New(slog.DiscardHandler))
+		if err == nil {
+			t.Errorf("policies %q accepted", bad)
+		}
+	}
+	_, err = New(Config{Outboxes: []mapping.Config{mapping.DefaultConfig()}, OnBadEvent: Fail, OnBadEvents: []string{DeadLetter},
+		MaxInflightEvents: 100, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20}, checkpoint.New(100), cat, &fakeSink{t: t}, nil, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "dead-letter topic") {
+		t.Errorf("an outbox's dead-letter policy without a dead-letter topic: err %v", err)
+	}
+}
+
+func topics(rs []*kgo.Record) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Topic)
+	}
+	return out
 }

@@ -43,9 +43,14 @@ type Config struct {
 	// Mapping is the outbox's mapping; Outboxes, when set, are several
 	// outboxes' instead, in the catalog's order of entries (decoder.Outbox
 	// Entry). An empty Source is the table's identity.
-	Mapping           mapping.Config
-	Outboxes          []mapping.Config
-	OnBadEvent        string // Fail or DeadLetter
+	Mapping    mapping.Config
+	Outboxes   []mapping.Config
+	OnBadEvent string // Fail or DeadLetter
+	// OnBadEvents is each outbox's own policy, by its entry's index in
+	// Outboxes; a missing or empty one is OnBadEvent's. Events of no
+	// outbox (messages, rows of unmapped relations) take OnBadEvent: a
+	// payments outbox may stop the stream while tenants' dead-letter.
+	OnBadEvents       []string
 	DeadLetterTopic   string
 	MaxInflightEvents int
 	MaxInflightBytes  int64
@@ -236,14 +241,20 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 	if err != nil {
 		return nil, err
 	}
-	switch cfg.OnBadEvent {
-	case Fail:
-	case DeadLetter:
-		if cfg.DeadLetterTopic == "" {
-			return nil, errors.New("the dead-letter policy needs a dead-letter topic")
+	if err := checkPolicy(cfg.OnBadEvent, cfg.DeadLetterTopic); err != nil {
+		return nil, err
+	}
+	if len(cfg.OnBadEvents) > len(entries) {
+		return nil, fmt.Errorf("%d bad-event policies for %d outboxes", len(cfg.OnBadEvents), len(entries))
+	}
+	for i, policy := range cfg.OnBadEvents {
+		if policy == "" {
+			continue
 		}
-	default:
-		return nil, fmt.Errorf("unknown bad-event policy %q: use %s or %s", cfg.OnBadEvent, Fail, DeadLetter)
+		if err := checkPolicy(policy, cfg.DeadLetterTopic); err != nil {
+			return nil, fmt.Errorf("outbox %d: %w", i+1, err)
+		}
+		reg.policies[i] = policy
 	}
 	if obs == nil {
 		obs = noObserver{}
@@ -542,7 +553,7 @@ func (p *Pipeline) loneMessage(lsn pglogrepl.LSN, ev *decoder.Event) error {
 		return err // nil: Kafka holds its dead-letter record, or may
 	}
 	be := &BadEventError{EventID: mapping.MessageEventID(ev.Content), LSN: at, Err: &NonTransactionalError{Prefix: p.cfg.MessagePrefix}}
-	if p.cfg.OnBadEvent == Fail {
+	if p.policy(nil) == Fail {
 		return p.bad(ev, be)
 	}
 	now := time.Now()

@@ -45,7 +45,7 @@ func (p *Pipeline) refused(pd *pending, err error) {
 	// Refused on its own: this is the record at fault.
 	p.alone = nil
 	id := eventID(&pd.rec)
-	if p.cfg.OnBadEvent == Fail {
+	if p.policy(pd.outbox) == Fail {
 		p.obs.Bad("failed", pd.kind())
 		pd.countFailed()
 		p.fail(&BadEventError{EventID: id, LSN: pd.lsn, Err: &RefusedError{Topic: pd.rec.Topic, Err: err}})

@@ -25,6 +25,9 @@ import (
 type Outbox struct {
 	Pattern pgname.Pattern
 	Mapping mapping.Config
+	// OnBadEvent is the outbox's own bad-event policy; empty: the
+	// stream's (Config.OnBadEvent).
+	OnBadEvent string
 }
 
 // Config is one stream: where it reads, what, how it publishes and
@@ -187,6 +190,7 @@ func New(ctx context.Context, cfg Config, g Group, obs Observer, log *slog.Logge
 	r.pipe, err = pipeline.New(pipeline.Config{
 		Outboxes:          r.mappings(),
 		OnBadEvent:        cfg.OnBadEvent,
+		OnBadEvents:       r.policies(),
 		DeadLetterTopic:   cfg.DeadLetterTopic,
 		MessagePrefix:     cfg.MessagePrefix,
 		MessageSource:     msgSource,
@@ -305,6 +309,14 @@ func (r *Relay) mappings() []mapping.Config {
 	out := make([]mapping.Config, len(r.cfg.Outboxes))
 	for i, o := range r.cfg.Outboxes {
 		out[i] = o.Mapping
+	}
+	return out
+}
+
+func (r *Relay) policies() []string {
+	out := make([]string, len(r.cfg.Outboxes))
+	for i, o := range r.cfg.Outboxes {
+		out[i] = o.OnBadEvent
 	}
 	return out
 }
