@@ -31,6 +31,7 @@ var libraries = []struct {
 	{"consume/consumeotel", "github.com/cdc-outbox/cdc-outbox/consume/consumeotel", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeotel"}},
 	{"schema", "github.com/cdc-outbox/cdc-outbox/schema", []string{"github.com/cdc-outbox/cdc-outbox/schema"}},
 	{"outbox/outboxschema", "github.com/cdc-outbox/cdc-outbox/outbox/outboxschema", []string{"github.com/cdc-outbox/cdc-outbox/outbox/outboxschema"}},
+	{"consume/consumeschema", "github.com/cdc-outbox/cdc-outbox/consume/consumeschema", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeschema"}},
 }
 
 // forbidden are module path prefixes that must not be in the module graph
@@ -49,7 +50,8 @@ var forbidden = map[string][]string{
 	"schema": {"github.com/twmb/franz-go ", "github.com/jackc/", "github.com/prometheus/", "go.opentelemetry.io/", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
 	// The write-side check: outbox's pgx and schema's libraries, no Kafka
 	// client.
-	"outbox/outboxschema": {"github.com/twmb/franz-go ", "github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
+	"outbox/outboxschema":   {"github.com/twmb/franz-go ", "github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
+	"consume/consumeschema": {"github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
 }
 
 // TestServiceModuleGraphs builds, for each library, a throwaway service
@@ -114,8 +116,8 @@ func TestConsumerReadsTheContractHeaders(t *testing.T) {
 // drift apart.
 func TestTestHelpersInStep(t *testing.T) {
 	for file, dirs := range map[string][]string{
-		"internal/pgtest/pgtest.go":   {"outbox", "idempotency", "consume", "outbox/outboxschema"},
-		"internal/regtest/regtest.go": {"schema", "outbox/outboxschema"},
+		"internal/pgtest/pgtest.go":   {"outbox", "idempotency", "consume", "outbox/outboxschema", "consume/consumeschema"},
+		"internal/regtest/regtest.go": {"schema", "outbox/outboxschema", "consume/consumeschema"},
 	} {
 		var first []byte
 		for i, dir := range dirs {
