@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # service gets only the dependencies of the library it uses. Go commands at
 # the root do not descend into them: in_libs runs one in each,
 # e.g. $(call in_libs,vet ./...).
-LIB_MODULES := outbox idempotency consume consume/consumeprom consume/consumeotel schema
+LIB_MODULES := outbox outbox/outboxschema idempotency consume consume/consumeprom consume/consumeotel consume/consumeschema schema
 in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 
 # The Helm chart's tests are a module of their own too, so that Helm's and

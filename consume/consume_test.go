@@ -539,6 +539,37 @@ func TestDeadLetter(t *testing.T) {
 	}
 }
 
+// TestUnavailableStops: a handler error wrapping ErrUnavailable (what the
+// handler needs is down, not the record bad) stops Run after the last
+// attempt even under DeadLetter: the record is neither dead-lettered nor
+// recorded, and its offset is not committed.
+func TestUnavailableStops(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	e.produce(event{id: "ev-0", key: "k"}, event{id: "ev-1", key: "k"})
+	cfg := e.config(func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+		if ev, _ := eventKey(r); ev.id == "ev-1" {
+			return fmt.Errorf("%w: schema registry: connection refused", ErrUnavailable)
+		}
+		return bill(ctx, tx, r)
+	})
+	cfg.MaxAttempts = 2
+	cfg.OnFailure = DeadLetter
+	cfg.DeadLetterTopic = newTopic(t, "dlq", 1)
+	c := e.consumer(cfg)
+	err := runUntil(t, c, func() bool { return stats(c).deadLettered.Load() > 0 })
+	var re *RecordError
+	if !errors.As(err, &re) || !errors.Is(err, ErrUnavailable) || re.EventID != "ev-1" || re.Stage != StageHandler || re.Attempts != 2 {
+		t.Fatalf("Run: %v; want a *RecordError for ev-1 after 2 attempts, wrapping ErrUnavailable", err)
+	}
+	if dl := stats(c).deadLettered.Load(); dl != 0 {
+		t.Errorf("%d records dead-lettered, want none", dl)
+	}
+	if n := e.processedRows(); n != 1 {
+		t.Errorf("processed_events: %d rows, want 1 (ev-0)", n)
+	}
+}
+
 // TestStopPolicy: under Stop, Run returns an error naming the event and its
 // offset; that offset is not committed, the ones before it are, and a new
 // consumer retries from it.

@@ -267,8 +267,9 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) error {
 		c.log.Warn("processing failed", "source", ev.source, "event_id", ev.id, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 			"stage", string(stage), "attempt", attempt, "max_attempts", c.cfg.MaxAttempts, "error", err)
 		if attempt >= c.cfg.MaxAttempts {
-			if stage == StageDatabase {
-				// A database outage must not dead-letter healthy events.
+			if stage == StageDatabase || errors.Is(err, ErrUnavailable) {
+				// An outage, of the database or of something the handler
+				// needs, must not dead-letter healthy events.
 				return c.recordError(r, ev, stage, attempt, err)
 			}
 			return c.giveUp(ctx, r, ev, stage, attempt, err)

@@ -58,7 +58,10 @@
 //
 // A failure outside the handler (begin, the processed_events insert, the
 // commit) is never dead-lettered: after the last attempt it stops Run under
-// either policy, since a database outage says nothing about the event.
+// either policy, since a database outage says nothing about the event. A
+// handler error that wraps ErrUnavailable (a dependency of the handler is
+// down, such as the schema registry of consumeschema) is treated the same
+// way.
 //
 // # What it must never do
 //

@@ -15,6 +15,14 @@ import (
 // deduplicated, so it is never processed.
 var ErrMissingEventID = errors.New(`consume: no usable "id" or "source" header`)
 
+// ErrUnavailable marks a handler error as the outage of something the
+// handler needs (a schema registry, another service), not a fault of the
+// record: return fmt.Errorf("%w: %w", consume.ErrUnavailable, err). The
+// record is retried like any other, but after the last attempt it stops
+// Run with a *RecordError whatever OnFailure says, as a database outage
+// does, so that an outage does not dead-letter healthy events.
+var ErrUnavailable = errors.New("consume: a dependency of the handler is unavailable")
+
 // ErrRunTwice is returned by a second call to Run. The client's fetch
 // positions have moved past records the first Run polled but did not
 // finish, so only a new Consumer (which resumes from the committed offsets)
@@ -44,7 +52,8 @@ const (
 	// stops Run, whatever the policy: an outage must not dead-letter
 	// healthy events.
 	StageDatabase Stage = "database"
-	// StageHandler: the Handler returned an error.
+	// StageHandler: the Handler returned an error. One wrapping
+	// ErrUnavailable stops Run after the last attempt under either policy.
 	StageHandler Stage = "handler"
 	// StageDeadLetter: publishing to the dead-letter topic, or recording the
 	// dead-lettered event as processed, failed.

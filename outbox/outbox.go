@@ -296,6 +296,19 @@ func (w *Writer) Validate(e Event) error {
 	return err
 }
 
+// Topic returns the topic the streamer publishes e to: the Writer's
+// Topic template rendered with e's values. A topic Kafka would refuse is
+// an error wrapping ErrInvalidEvent, as from Validate. A check that needs
+// the topic, such as the subject of e's schema in a registry, asks here
+// rather than render the template itself.
+func (w *Writer) Topic(e Event) (string, error) {
+	t, err := w.topic.Render(func(column string) string { return w.columns[column](e) })
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	return t, nil
+}
+
 // write is Write and WriteSQL after the driver: insert runs the insert and
 // scans the id, del deletes the row again (DeleteAfterInsert).
 func (w *Writer) write(e Event, insert func(args []any, id *string) error, del func(id string) error) (string, error) {
@@ -333,8 +346,8 @@ func (w *Writer) eventArgs(e Event) ([]any, error) {
 			return nil, fmt.Errorf("%w: %s is %d bytes, over the %d-byte header limit", ErrInvalidEvent, f.name, len(f.v), MaxHeaderBytes)
 		}
 	}
-	if _, err := w.topic.Render(func(column string) string { return w.columns[column](e) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	if _, err := w.Topic(e); err != nil {
+		return nil, err
 	}
 	if !json.Valid(e.Payload) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidPayload, excerpt(e.Payload))

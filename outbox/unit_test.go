@@ -268,5 +268,12 @@ func TestTopicRules(t *testing.T) {
 		case tc.bad != "" && (!errors.Is(err, ErrInvalidEvent) || !errors.As(err, &te) || !strings.Contains(err.Error(), tc.bad)):
 			t.Errorf("template %q, aggregate type %q: %v, want ErrInvalidEvent and a *topic.Error containing %q", tc.tmpl, tc.aggregateType, err, tc.bad)
 		}
+		if _, terr := w.Topic(ev); (terr == nil) != (err == nil) {
+			t.Errorf("template %q, aggregate type %q: Topic says %v, Validate %v", tc.tmpl, tc.aggregateType, terr, err)
+		}
+	}
+	w, _ := New(Config{Topic: "events.{event_type}"})
+	if got, err := w.Topic(e); got != "events.PaymentCreated" || err != nil {
+		t.Errorf("Topic = %q, %v; want events.PaymentCreated", got, err)
 	}
 }

@@ -14,10 +14,13 @@
 // through franz-go's sr.Client and keeps them (by id forever, as ids are
 // immutable; a subject's latest version for a time its caller chooses),
 // and tells an Observer of every call it makes. Encoder (encoder.go) joins
-// them for one outbox.
+// them for one outbox; Decoder (decoder.go) is its consumer's half: a
+// record value back into JSON by the schema its header names.
 //
 // Errors are facts (errors.go): a payload that does not fit its schema is
 // a *MismatchError, a registry that cannot answer a *RegistryError
 // (Retryable says whether waiting may help), a subject, version or id the
-// registry does not have a *NotFoundError.
+// registry does not have a *NotFoundError; a record value that is not in
+// the wire format a *WireError, one whose bytes do not decode by its
+// schema a *DecodeError.
 package schema

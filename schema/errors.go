@@ -134,3 +134,34 @@ func (e *SubjectError) Error() string {
 }
 
 func (e *SubjectError) Unwrap() error { return e.Err }
+
+// WireError: a record value the Decoder was given is not in the Confluent
+// wire format: shorter than its five-byte header, or without the zero magic
+// byte (a value written without a schema, such as plain JSON). The same
+// value fails the same way every time.
+type WireError struct {
+	Len int // the value's length in bytes
+	Err error
+}
+
+func (e *WireError) Error() string {
+	return fmt.Sprintf("record value (%d bytes) is not in the Confluent wire format (magic byte 0, 4-byte schema id): %v", e.Len, e.Err)
+}
+
+func (e *WireError) Unwrap() error { return e.Err }
+
+// DecodeError: a record value's bytes do not decode by the schema its
+// header names (truncated, written by another schema, or Protobuf message
+// indexes the schema does not have). Like a MismatchError it is the
+// record's fault, not the registry's.
+type DecodeError struct {
+	SchemaID int
+	Format   Format
+	Err      error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("record value does not decode by %s schema %d: %v", e.Format, e.SchemaID, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }

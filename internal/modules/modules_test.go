@@ -1,6 +1,6 @@
 // Package modules checks the layout of the repository's Go modules: the
-// libraries services import (outbox, idempotency, consume, consumeprom, consumeotel) are
-// modules of their own, so that importing one costs a service only that
+// libraries services import (outbox, outboxschema, idempotency, consume,
+// consumeprom, consumeotel, consumeschema, schema) are modules of their own, so that importing one costs a service only that
 // library's dependencies.
 package modules_test
 
@@ -29,6 +29,9 @@ var libraries = []struct {
 	{"consume", "github.com/cdc-outbox/cdc-outbox/consume", []string{"github.com/cdc-outbox/cdc-outbox/consume"}},
 	{"consume/consumeprom", "github.com/cdc-outbox/cdc-outbox/consume/consumeprom", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeprom"}},
 	{"consume/consumeotel", "github.com/cdc-outbox/cdc-outbox/consume/consumeotel", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeotel"}},
+	{"schema", "github.com/cdc-outbox/cdc-outbox/schema", []string{"github.com/cdc-outbox/cdc-outbox/schema"}},
+	{"outbox/outboxschema", "github.com/cdc-outbox/cdc-outbox/outbox/outboxschema", []string{"github.com/cdc-outbox/cdc-outbox/outbox/outboxschema"}},
+	{"consume/consumeschema", "github.com/cdc-outbox/cdc-outbox/consume/consumeschema", []string{"github.com/cdc-outbox/cdc-outbox/consume/consumeschema"}},
 }
 
 // forbidden are module path prefixes that must not be in the module graph
@@ -41,6 +44,14 @@ var forbidden = map[string][]string{
 	"consume":             {"github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
 	"consume/consumeprom": {"github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
 	"consume/consumeotel": {"github.com/prometheus/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
+	// The encoders need the registry client (franz-go's pkg/sr), not its
+	// Kafka client ("github.com/twmb/franz-go ", the module itself), nor a
+	// database.
+	"schema": {"github.com/twmb/franz-go ", "github.com/jackc/", "github.com/prometheus/", "go.opentelemetry.io/", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
+	// The write-side check: outbox's pgx and schema's libraries, no Kafka
+	// client.
+	"outbox/outboxschema":   {"github.com/twmb/franz-go ", "github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "go.yaml.in/", "github.com/cdc-outbox/cdc-outbox "},
+	"consume/consumeschema": {"github.com/prometheus/", "go.opentelemetry.io/", "github.com/jackc/pglogrepl", "github.com/cdc-outbox/cdc-outbox "},
 }
 
 // TestServiceModuleGraphs builds, for each library, a throwaway service
@@ -99,20 +110,26 @@ func TestConsumerReadsTheContractHeaders(t *testing.T) {
 }
 
 // TestTestHelpersInStep: each library module carries the same small
-// PostgreSQL test helper (it cannot import the root module's
+// PostgreSQL test helper, and those that need a schema registry the same
+// registry helper (a module cannot import the root module's
 // internal/testenv without that module's dependencies); the copies must not
 // drift apart.
 func TestTestHelpersInStep(t *testing.T) {
-	var first []byte
-	for i, dir := range []string{"outbox", "idempotency", "consume"} {
-		b, err := os.ReadFile(filepath.Join(root, dir, "internal", "pgtest", "pgtest.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			first = b
-		} else if !bytes.Equal(b, first) {
-			t.Errorf("%s/internal/pgtest/pgtest.go differs from outbox's: copy the change to every library", dir)
+	for file, dirs := range map[string][]string{
+		"internal/pgtest/pgtest.go":   {"outbox", "idempotency", "consume", "outbox/outboxschema", "consume/consumeschema"},
+		"internal/regtest/regtest.go": {"schema", "outbox/outboxschema", "consume/consumeschema"},
+	} {
+		var first []byte
+		for i, dir := range dirs {
+			b, err := os.ReadFile(filepath.Join(root, dir, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				first = b
+			} else if !bytes.Equal(b, first) {
+				t.Errorf("%s/%s differs from %s's: copy the change to every library", dir, file, dirs[0])
+			}
 		}
 	}
 }

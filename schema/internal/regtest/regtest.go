@@ -1,12 +1,14 @@
-// Package regtest gives the schema module's integration tests the real
+// Package regtest gives a library module's integration tests the real
 // schema registry of the test environment.
 //
 // The registry is started and stopped by the control script that
 // CDC_OUTBOX_TEST_REGISTRY_CTL names (`make test` names
 // scripts/apicurio.sh). A missing script fails the test; only `go test
-// -short` skips it. The module has this file of its own rather than the
-// repository's internal/testenv, which would pull the streamer's
-// dependencies into the module graph of every service that imports it.
+// -short` skips it. Each module that needs a registry (schema,
+// outbox/outboxschema, consume/consumeschema) has this same file rather
+// than the repository's internal/testenv, which would pull the streamer's
+// dependencies into the module graph of every service that imports it. A
+// test at the repository root keeps the copies identical.
 package regtest
 
 import (
