@@ -43,8 +43,8 @@ type Config struct {
 	// Mapping is the outbox's mapping; Outboxes, when set, are several
 	// outboxes' instead, in the catalog's order of entries (decoder.Outbox
 	// Entry). An empty Source is the table's identity.
-	Mapping           mapping.Config
-	Outboxes          []mapping.Config
+	Mapping  mapping.Config
+	Outboxes []mapping.Config
 	// Encoders, when set, are each outbox's (Mapping's, or Outboxes' in
 	// their order) value encoder, nil for the payload as it is; the first
 	// also encodes the outbox messages, which are mapped by the first
