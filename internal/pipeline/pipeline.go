@@ -43,13 +43,8 @@ type Config struct {
 	// Mapping is the outbox's mapping; Outboxes, when set, are several
 	// outboxes' instead, in the catalog's order of entries (decoder.Outbox
 	// Entry). An empty Source is the table's identity.
-	Mapping  mapping.Config
-	Outboxes []mapping.Config
-	// Encoders, when set, are each outbox's (Mapping's, or Outboxes' in
-	// their order) value encoder, nil for the payload as it is; the first
-	// also encodes the outbox messages, which are mapped by the first
-	// outbox's settings.
-	Encoders          []Encoder
+	Mapping           mapping.Config
+	Outboxes          []mapping.Config
 	OnBadEvent        string // Fail or DeadLetter
 	DeadLetterTopic   string
 	MaxInflightEvents int
@@ -76,6 +71,11 @@ type Config struct {
 	// exactly-once delivery, that the Kafka checkpoint is of a history
 	// the server does not have (epoch.go); nil records none.
 	Lineage Lineage
+	// Encoders, when set, are each outbox's (Mapping's, or Outboxes' in
+	// their order) value encoder (encode.go), nil for the payload as it
+	// is; the first also encodes the outbox messages, which are mapped by
+	// the first outbox's settings.
+	Encoders []Encoder
 }
 
 // Tracer starts an event's span when its record is produced: the child of
