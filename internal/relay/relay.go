@@ -25,6 +25,9 @@ import (
 type Outbox struct {
 	Pattern pgname.Pattern
 	Mapping mapping.Config
+	// Encoder writes its record values in a schema registry's format; nil
+	// for the payload as it is.
+	Encoder pipeline.Encoder
 }
 
 // Config is one stream: where it reads, what, how it publishes and
@@ -196,6 +199,7 @@ func New(ctx context.Context, cfg Config, g Group, obs Observer, log *slog.Logge
 		Explain:           cfg.Explain,
 		Tracer:            cfg.Tracer,
 		Lineage:           r.lineage,
+		Encoders:          r.encoders(),
 	}, r.tracker, catalog, r.delivery.producer(), obs, log)
 	if err != nil {
 		return nil, err
@@ -305,6 +309,20 @@ func (r *Relay) mappings() []mapping.Config {
 	out := make([]mapping.Config, len(r.cfg.Outboxes))
 	for i, o := range r.cfg.Outboxes {
 		out[i] = o.Mapping
+	}
+	return out
+}
+
+// encoders are the outboxes' value encoders, nil when none has one.
+func (r *Relay) encoders() []pipeline.Encoder {
+	var out []pipeline.Encoder
+	for i, o := range r.cfg.Outboxes {
+		if o.Encoder != nil && out == nil {
+			out = make([]pipeline.Encoder, len(r.cfg.Outboxes))
+		}
+		if out != nil {
+			out[i] = o.Encoder
+		}
 	}
 	return out
 }
