@@ -80,8 +80,8 @@ type outboxEntry struct {
 
 // outboxKeys are the keys of an entry of the outboxes list, besides table:
 // the flags that shape one outbox's records.
-var outboxKeys = []string{"topic", "source", "record-format", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
-	"column-payload", "column-headers", "column-created-at", "column-tracing-span-context"}
+var outboxKeys = append([]string{"topic", "source", "record-format", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
+	"column-payload", "column-headers", "column-created-at", "column-tracing-span-context"}, valueKeys...)
 
 // mapping is the entry's mapping: def, the global flags', with what the
 // entry sets instead; source is --source.

@@ -43,7 +43,7 @@
 //	cdc_outbox_outboxes_unpublished                      gauge     tables matching an outbox pattern that the publication does not publish wholly
 //
 // Schema registry, for outboxes whose values are written in a registry's
-// format (--value-format avro, protobuf or json-schema):
+// format (Avro, Protobuf or JSON Schema):
 //
 //	cdc_outbox_schema_registry_requests_total{op,result}         counter   requests: op schema_by_id, subject_version, latest_version or register; result ok or error
 //	cdc_outbox_schema_registry_request_seconds{op}               histogram their time
