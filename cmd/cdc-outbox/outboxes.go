@@ -52,7 +52,14 @@ func (c *runConfig) validateOutboxes(p *problems) {
 	}
 	for _, e := range c.Outboxes {
 		m := e.mapping(c.Mapping, c.Source)
-		if _, err := mapping.New(m); err != nil {
+		checked := m
+		if checked.Source == "" {
+			// The default, each table's identity, is resolved at start and
+			// is a URI-reference of this shape, which every record format
+			// accepts (as validateOutput assumes for --source).
+			checked.Source = "0/0/0"
+		}
+		if _, err := mapping.New(checked); err != nil {
 			*p = append(*p, fmt.Errorf("%s: %w", e.where, err))
 		}
 		p.check(m.Source == "" || !e.pattern.IsGlob(), "%s: source %q for the pattern %s: each table it matches needs a source of its own; leave source out for each table's default",

@@ -91,7 +91,9 @@ func TestValidateValues(t *testing.T) {
 
 // TestValueKeysOfAnOutbox: an outboxes entry sets its own value format,
 // with integers and durations typed as YAML; the flags are the defaults of
-// what it leaves out, and a mistyped value names the line.
+// what it leaves out, and a mistyped value names the line. (An entry in a
+// CloudEvents format without a source has each table's identity as its
+// source, which is valid.)
 func TestValueKeysOfAnOutbox(t *testing.T) {
 	var c runConfig
 	f := runFlags(&c)
@@ -103,6 +105,7 @@ outboxes:
     schema-version: 3
     schema-refresh: 30s
   - table: audit.outbox
+    record-format: cloudevents-binary
 `
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
