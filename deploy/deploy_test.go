@@ -88,7 +88,7 @@ var contract = map[string][]string{
 	"cdc_outbox_schema_registry_request_seconds": {"op"}, // histogram
 	"cdc_outbox_schema_encode_failures_total":    {"outbox", "reason"},
 	"cdc_outbox_schema_registry_waiting":         nil,
-	"cdc_outbox_schema_info":                     {"outbox", "subject", "schema_id", "version"},
+	"cdc_outbox_schema_info":                     {"outbox", "registry", "subject", "schema_id", "version"},
 }
 
 var histograms = map[string]bool{"cdc_outbox_end_to_end_latency_seconds": true, "cdc_outbox_receive_latency_seconds": true,

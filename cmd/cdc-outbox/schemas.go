@@ -269,7 +269,7 @@ type encodeObserver interface {
 	schema.Observer
 	EncodeFailed(outbox, reason string)
 	RegistryWaiting(waiting bool)
-	SchemaInUse(outbox, subject string, id, version int)
+	SchemaInUse(outbox, url, subject string, id, version int)
 }
 
 // withEncoders gives each outbox of specs whose value format uses a
@@ -409,7 +409,7 @@ func (e *valueEncoder) Encode(rec *kgo.Record, ev pipeline.EncodeEvent) error {
 	}
 	if id, ok := e.inUse[s.Subject]; !ok || id != s.ID {
 		e.inUse[s.Subject] = s.ID
-		e.obs.SchemaInUse(e.outbox, s.Subject, s.ID, s.Version)
+		e.obs.SchemaInUse(e.outbox, e.url, s.Subject, s.ID, s.Version)
 	}
 	rec.Value = out
 	if e.cloudEvents {

@@ -161,10 +161,10 @@ type countingObserver struct {
 	waiting []bool
 }
 
-func (o *countingObserver) RegistryCall(string, time.Duration, error) {}
-func (o *countingObserver) EncodeFailed(_, reason string)             { o.failed[reason]++ }
-func (o *countingObserver) RegistryWaiting(w bool)                    { o.waiting = append(o.waiting, w) }
-func (o *countingObserver) SchemaInUse(string, string, int, int)      {}
+func (o *countingObserver) RegistryCall(string, time.Duration, error)    {}
+func (o *countingObserver) EncodeFailed(_, reason string)                { o.failed[reason]++ }
+func (o *countingObserver) RegistryWaiting(w bool)                       { o.waiting = append(o.waiting, w) }
+func (o *countingObserver) SchemaInUse(string, string, string, int, int) {}
 
 // TestValueEncoderColumns: a row's version column that holds no positive
 // integer is the row's fault, named; a registry that does not answer is

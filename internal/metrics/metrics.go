@@ -49,7 +49,7 @@
 //	cdc_outbox_schema_registry_request_seconds{op}               histogram their time
 //	cdc_outbox_schema_encode_failures_total{outbox,reason}       counter   events not encoded: mismatch, subject, unavailable, not_found, schema
 //	cdc_outbox_schema_registry_waiting                           gauge     1 while the stream waits for the registry, else 0
-//	cdc_outbox_schema_info{outbox,subject,schema_id,version}     gauge     1 for the schema each outbox's subject is written by now
+//	cdc_outbox_schema_info{outbox,registry,subject,schema_id,version} gauge 1 for the schema each outbox's subject is written by now
 //
 // Exactly-once delivery (zero in at-least-once):
 //

@@ -79,8 +79,8 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.RegistryCall("schema_by_id", time.Second, io.EOF)
 	m.EncodeFailed("public.outbox", "mismatch")
 	m.RegistryWaiting(true)
-	m.SchemaInUse("public.outbox", "payment-value", 3, 1)
-	m.SchemaInUse("public.outbox", "payment-value", 4, 2)
+	m.SchemaInUse("public.outbox", "http://registry:8081", "payment-value", 3, 1)
+	m.SchemaInUse("public.outbox", "http://registry:8081", "payment-value", 4, 2)
 	hooks := m.Hooks()
 	hooks[1].(kgo.HookProduceRecordUnbuffered).OnProduceRecordUnbuffered(&kgo.Record{}, io.EOF)
 
@@ -134,9 +134,9 @@ cdc_outbox_lost_history_total 1
 # HELP cdc_outbox_schema_encode_failures_total Events whose value could not be encoded by their schema, by outbox and reason: mismatch, subject (bad events), unavailable (the registry did not answer; the stream waits), not_found, schema (the stream stops).
 # TYPE cdc_outbox_schema_encode_failures_total counter
 cdc_outbox_schema_encode_failures_total{outbox="public.outbox",reason="mismatch"} 1
-# HELP cdc_outbox_schema_info 1 for the schema each outbox's subject is written by now: its global id and version (0 when chosen by id).
+# HELP cdc_outbox_schema_info 1 for the schema each outbox's subject is written by now: the registry, its global id and version (0 when chosen by id).
 # TYPE cdc_outbox_schema_info gauge
-cdc_outbox_schema_info{outbox="public.outbox",schema_id="4",subject="payment-value",version="2"} 1
+cdc_outbox_schema_info{outbox="public.outbox",registry="http://registry:8081",schema_id="4",subject="payment-value",version="2"} 1
 # HELP cdc_outbox_schema_registry_requests_total Requests to the schema registry, by op (schema_by_id, subject_version, latest_version, register) and result (ok or error); schemas are cached, so this grows per schema, not per event.
 # TYPE cdc_outbox_schema_registry_requests_total counter
 cdc_outbox_schema_registry_requests_total{op="latest_version",result="ok"} 1

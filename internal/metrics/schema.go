@@ -20,7 +20,7 @@ type schemaMetrics struct {
 	info     *prometheus.GaugeVec
 
 	mu    sync.Mutex
-	inUse map[[2]string][2]string // (outbox, subject) → (schema id, version) set in info
+	inUse map[[2]string][3]string // (outbox, subject) → (registry, schema id, version) set in info
 }
 
 // RegistryBuckets cover a cached answer of a local registry (a millisecond)
@@ -47,9 +47,9 @@ func newSchemaMetrics(reg prometheus.Registerer) *schemaMetrics {
 			Help: "1 while the stream waits for the schema registry (its last attempt to get a schema had no usable answer), else 0.",
 		}),
 		info: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cdc_outbox_schema_info", Help: "1 for the schema each outbox's subject is written by now: its global id and version (0 when chosen by id).",
-		}, []string{"outbox", "subject", "schema_id", "version"}),
-		inUse: map[[2]string][2]string{},
+			Name: "cdc_outbox_schema_info", Help: "1 for the schema each outbox's subject is written by now: the registry, its global id and version (0 when chosen by id).",
+		}, []string{"outbox", "registry", "subject", "schema_id", "version"}),
+		inUse: map[[2]string][3]string{},
 	}
 }
 
@@ -73,15 +73,15 @@ func (m *Metrics) EncodeFailed(outbox, reason string) {
 func (m *Metrics) RegistryWaiting(waiting bool) { m.schema.waiting.Set(b2f(waiting)) }
 
 // SchemaInUse records that outbox writes subject's values by schema id,
-// version version, in place of the one before.
-func (m *Metrics) SchemaInUse(outbox, subject string, id, version int) {
+// version version, of the registry at url, in place of the one before.
+func (m *Metrics) SchemaInUse(outbox, url, subject string, id, version int) {
 	s := m.schema
-	key, val := [2]string{outbox, subject}, [2]string{strconv.Itoa(id), strconv.Itoa(version)}
+	key, val := [2]string{outbox, subject}, [3]string{url, strconv.Itoa(id), strconv.Itoa(version)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.inUse[key]; ok && old != val {
-		s.info.DeleteLabelValues(outbox, subject, old[0], old[1])
+		s.info.DeleteLabelValues(outbox, old[0], subject, old[1], old[2])
 	}
 	s.inUse[key] = val
-	s.info.WithLabelValues(outbox, subject, val[0], val[1]).Set(1)
+	s.info.WithLabelValues(outbox, url, subject, val[1], val[2]).Set(1)
 }
