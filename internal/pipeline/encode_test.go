@@ -147,3 +147,29 @@ func TestEncodeSchemaGoneStops(t *testing.T) {
 		t.Fatalf("produced %d, confirmed %s: want nothing", len(s.records), ck.Confirmed())
 	}
 }
+
+// TestMessagesAreEncodedByTheFirstOutbox: an outbox message, mapped by the
+// first outbox's settings, is encoded by its encoder too, with its event
+// type and no columns.
+func TestMessagesAreEncodedByTheFirstOutbox(t *testing.T) {
+	enc := &fakeEncoder{cols: []string{"schema_version"}}
+	ck := checkpoint.New(100)
+	s := &fakeSink{t: t}
+	p, err := New(Config{
+		Mapping: mapping.DefaultConfig(), Encoders: []Encoder{enc},
+		OnBadEvent: Fail, MessagePrefix: "cdc_outbox",
+		MaxInflightEvents: 100, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
+	}, ck, newFakeCatalog(), s, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := feed(t, p, beginMsg(500), logicalMsg(true, 550, "cdc_outbox", envelope("m1", "payment")), commitMsg(600)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.records) != 1 || string(s.records[0].Value) != `enc({"n": 1})` {
+		t.Fatalf("records %v, want the message's payload encoded", s.records)
+	}
+	if got := enc.seen[0]; string(got.EventType) != "Created" || len(got.Columns) != 0 {
+		t.Fatalf("encoder saw type %q columns %q, want Created and none", got.EventType, got.Columns)
+	}
+}
