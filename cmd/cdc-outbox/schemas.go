@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -223,7 +224,12 @@ func (c *runConfig) validateValues(p *problems) {
 	check(!basic || r.Username != "" && (r.Password != "" || r.PasswordFile != ""),
 		"--schema-registry-username needs --schema-registry-password-file (or --schema-registry-password), and the other way round")
 	check(r.Timeout > 0, "--schema-registry-timeout %s: must be positive", r.Timeout)
-	if r.URL != "" {
+	if u, err := url.Parse(r.URL); err == nil && u.User != nil {
+		// The URL is logged, named by dataschema in CloudEvents records and
+		// by a metric's label: it must hold no credentials.
+		check(false, "--schema-registry-url %s holds credentials: give them with --schema-registry-username and --schema-registry-password-file, "+
+			"or --schema-registry-bearer-token-file", u.Redacted())
+	} else if r.URL != "" {
 		_, err := schema.NewRegistry(schema.RegistryConfig{URL: r.URL, CAFile: r.CAFile})
 		check(err == nil, "--schema-registry-url %q or --schema-registry-ca-file: %v", r.URL, err)
 	}
