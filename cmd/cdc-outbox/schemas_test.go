@@ -69,7 +69,9 @@ func TestValidateValues(t *testing.T) {
 		{"user without a password", func(c *runConfig) {
 			c.Value.Format, c.Registry.URL, c.Registry.Username = "avro", url, "cdc"
 		}, []string{"--schema-registry-username needs --schema-registry-password-file"}},
-		{"credentials in the URL", func(c *runConfig) { c.Value.Format, c.Registry.URL = "avro", "https://cdc:" + secretPassword + "@registry:8081" },
+		{"credentials in the URL", func(c *runConfig) {
+			c.Value.Format, c.Registry.URL = "avro", "https://cdc:"+secretPassword+"@registry:8081"
+		},
 			[]string{"--schema-registry-url https://cdc:xxxxx@registry:8081 holds credentials"}},
 		{"not a URL", func(c *runConfig) { c.Value.Format, c.Registry.URL = "avro", "registry:8081" },
 			[]string{`--schema-registry-url "registry:8081"`}},
