@@ -19,7 +19,8 @@ import (
 // Registry that scripts/apicurio.sh (or CDC_OUTBOX_TEST_REGISTRY_CTL)
 // starts. For each: events/s and its ratio to raw, CPU per event, peak RSS,
 // and the registry requests the stream made (its metrics): once per schema,
-// not per event. Writes formats.md.
+// not per event. Then a steady load with each, for commit→ack latency.
+// Writes formats.md.
 
 // The schemas of the backlog's payloads (backlogProcedure), one per format.
 var benchSchemas = map[schema.Format]string{
@@ -85,12 +86,18 @@ func runFormats(ctx context.Context, o options, b *bench, root string, info runI
 		return 1
 	}
 	var runs []formatRun
+	var steady []formatSteady
 	var failed error
 	incomplete := measured(ctx, &info, func() error {
-		runs, failed = b.formats(ctx, url, o.formats, o.formatEvents)
+		if runs, failed = b.formats(ctx, url, o.formats, o.formatEvents); failed != nil {
+			return failed
+		}
+		if o.formatSteady > 0 {
+			steady, failed = b.formatsSteady(ctx, url, o.formats, o.formatRate, o.formatSteady)
+		}
 		return failed
 	})
-	text := formatsReport(info, o, url, runs, incomplete)
+	text := formatsReport(info, o, url, runs, steady, incomplete)
 	fmt.Println()
 	fmt.Print(text)
 	if incomplete != "" || failed != nil {
@@ -215,13 +222,56 @@ func (b *bench) drainFormat(ctx context.Context, slot, topic string, n int, flag
 	return r, b.stopStreamer(s, 60*time.Second)
 }
 
-func formatsReport(info runInfo, o options, registryURL string, runs []formatRun, incomplete string) string {
+// formatSteady is one steady load with a value format.
+type formatSteady struct {
+	format string
+	steadyResult
+}
+
+// formatsSteady runs the steady load at rate for d with raw values and
+// with each format, one streamer after the other, on a topic (and subject)
+// of each.
+func (b *bench) formatsSteady(ctx context.Context, registryURL string, formats []string, rate int, d time.Duration) ([]formatSteady, error) {
+	reg, err := schema.NewRegistry(schema.RegistryConfig{URL: registryURL})
+	if err != nil {
+		return nil, err
+	}
+	base := b.streamerFlags
+	defer func() { b.streamerFlags = base }()
+	var out []formatSteady
+	for _, f := range append([]string{"raw"}, formats...) {
+		aggType := "s" + formatTag(f)
+		if err := b.createTopic(ctx, aggType); err != nil {
+			return out, err
+		}
+		defer b.deleteTopic(context.Background(), aggType)
+		flags := []string{"--value-format", "raw"}
+		if sf, err := schema.ParseFormat(f); err == nil {
+			if _, err := reg.Register(ctx, b.topic(aggType)+"-value", sf, benchSchemas[sf]); err != nil {
+				return out, fmt.Errorf("register the %s schema: %w", f, err)
+			}
+			flags = []string{"--value-format", f, "--schema-registry-url", registryURL}
+		}
+		b.streamerFlags = append(base[:len(base):len(base)], flags...)
+		progress("formats: steady %d/s with %s values", rate, f)
+		r, err := b.steady(ctx, aggType, rate, d, readerStreamer)
+		if err != nil {
+			return out, fmt.Errorf("steady load, %s: %w", f, err)
+		}
+		out = append(out, formatSteady{format: f, steadyResult: r})
+		progress("formats: steady %d/s with %s values: p99 %s, %.1f µs of CPU per event", rate, f, r.p99, r.cpuPerEvent)
+	}
+	return out, nil
+}
+
+func formatsReport(info runInfo, o options, registryURL string, runs []formatRun, steady []formatSteady, incomplete string) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# Value formats against raw\n\n")
 	fmt.Fprintf(&sb, "%s; PostgreSQL %s, Kafka %s, Apicurio Registry (%s), %d cores (%s), %s. A backlog of %d events, one per transaction, "+
 		"drained by the streamer once per value format from slots made before it was written. `go run ./bench -value-formats %s -formats-events %d`.\n\n",
 		info.date, info.pgVersion, info.kafkaVersion, registryURL, info.cores, info.cpuModel, info.goVersion, o.formatEvents,
 		strings.Join(o.formats, ","), o.formatEvents)
+	fmt.Fprintf(&sb, "Backlog drain:\n\n")
 	if incomplete != "" {
 		fmt.Fprintf(&sb, "**Incomplete run:** %s\n\n", incomplete)
 	}
@@ -245,6 +295,14 @@ func formatsReport(info runInfo, o options, registryURL string, runs []formatRun
 		}
 		fmt.Fprintf(&sb, "| %s | %.0f | %s | %.1f µs | %.0f MiB | %.0f |\n", r.format, r.rate(), ratio,
 			float64(r.cpu.Microseconds())/float64(r.events), r.rssMiB, r.requests)
+	}
+	if len(steady) > 0 {
+		fmt.Fprintf(&sb, "\nA steady load of %d events/s, one per transaction, %s warm-up and %s measured per format, one streamer after the other "+
+			"(`-formats-rate %d -formats-steady %s`):\n\n", o.formatRate, warmup, o.formatSteady, o.formatRate, o.formatSteady)
+		fmt.Fprintf(&sb, "| value format | achieved/s | p50 commit→ack | p99 | p99.9 | CPU per event | peak RSS | machine |\n|---|---|---|---|---|---|---|---|\n")
+		for _, r := range steady {
+			fmt.Fprintf(&sb, "| %s | %.0f | %s | %s | %s | %.1f µs | %.0f MiB | %s |\n", r.format, r.achieved, r.p50, r.p99, r.p999, r.cpuPerEvent, r.rssMiB, r.machine)
+		}
 	}
 	return sb.String()
 }

@@ -76,6 +76,8 @@ type options struct {
 	// (formats.go): a backlog of formatEvents single-event transactions.
 	formats      []string
 	formatEvents int
+	formatRate   int
+	formatSteady time.Duration
 
 	// The comparison with Debezium Server instead of the phases above.
 	debezium     bool
@@ -111,7 +113,9 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.outboxFor, "outboxes-duration", 30*time.Second, "with -outboxes: the measured window of each way")
 	formats := fs.String("value-formats", "", "measure instead the drain with these value formats, comma-separated (avro, protobuf, json-schema), against raw in the same run, "+
 		"through Apicurio Registry (scripts/apicurio.sh); writes formats.md")
-	fs.IntVar(&o.formatEvents, "formats-events", 200000, "with -value-formats: events in the backlog")
+	fs.IntVar(&o.formatEvents, "formats-events", 1000000, "with -value-formats: events in the backlog")
+	fs.IntVar(&o.formatRate, "formats-rate", 1000, "with -value-formats: the steady load's events/s")
+	fs.DurationVar(&o.formatSteady, "formats-steady", 30*time.Second, "with -value-formats: the steady load's measured window per format (0 skips it)")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -126,8 +130,8 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.formats = append(o.formats, f)
 	}
-	if o.formatEvents <= 0 {
-		return o, errors.New("-formats-events must be positive")
+	if o.formatEvents <= 0 || o.formatRate <= 0 || o.formatSteady < 0 {
+		return o, errors.New("-formats-events and -formats-rate must be positive, -formats-steady not negative")
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
