@@ -21,7 +21,7 @@ in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 # time (3 minutes on 2 cores without the race detector).
 CHART_TESTS := deploy/helm/charttest
 
-.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes jaeger simulate
+.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes bench-formats jaeger simulate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -125,6 +125,11 @@ bench:
 # retained). Writes bench/results/outboxes.md; ~3 minutes.
 bench-outboxes:
 	scripts/with-servers.sh $(GO) run ./bench -outboxes 20 -outboxes-rate 2000 -outboxes-duration 30s
+
+# The drain with Avro, Protobuf and JSON Schema values against raw, through
+# Apicurio Registry (bench/results/formats.md).
+bench-formats:
+	scripts/with-servers.sh $(GO) run ./bench -value-formats avro,protobuf,json-schema
 
 # cdc-outbox and Debezium Server side by side on the local servers: the same
 # backlog and the same steady load, each alone. Fetches Debezium Server

@@ -16,7 +16,9 @@
 // (debezium.go; make bench-debezium) and writes debezium.md. With
 // -outboxes N it measures instead the cost of N outbox tables streamed by
 // one process over one slot against N processes over N slots (outboxes.go;
-// make bench-outboxes) and writes outboxes.md.
+// make bench-outboxes) and writes outboxes.md. With -value-formats it
+// measures instead the drain with schema-registry value formats against
+// raw (formats.go) and writes formats.md.
 //
 // The drain and the steady load also run the streamer in exactly-once
 // delivery (--delivery exactly-once), beside the default at-least-once in
@@ -41,6 +43,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cdc-outbox/cdc-outbox/schema"
 )
 
 type options struct {
@@ -67,6 +71,13 @@ type options struct {
 	outboxes   int
 	outboxRate int
 	outboxFor  time.Duration
+
+	// The value formats against raw instead of the phases above
+	// (formats.go): a backlog of formatEvents single-event transactions.
+	formats      []string
+	formatEvents int
+	formatRate   int
+	formatSteady time.Duration
 
 	// The comparison with Debezium Server instead of the phases above.
 	debezium     bool
@@ -100,11 +111,28 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.outboxes, "outboxes", 0, "measure the cost of this many outbox tables instead (one process over one slot, one process per table, one table alone; writes outboxes.md); 0: the usual phases")
 	fs.IntVar(&o.outboxRate, "outboxes-rate", 2000, "with -outboxes: events/s in total, spread evenly over the tables")
 	fs.DurationVar(&o.outboxFor, "outboxes-duration", 30*time.Second, "with -outboxes: the measured window of each way")
+	formats := fs.String("value-formats", "", "measure instead the drain with these value formats, comma-separated (avro, protobuf, json-schema), against raw in the same run, "+
+		"through Apicurio Registry (scripts/apicurio.sh); writes formats.md")
+	fs.IntVar(&o.formatEvents, "formats-events", 1000000, "with -value-formats: events in the backlog")
+	fs.IntVar(&o.formatRate, "formats-rate", 1000, "with -value-formats: the steady load's events/s")
+	fs.DurationVar(&o.formatSteady, "formats-steady", 30*time.Second, "with -value-formats: the steady load's measured window per format (0 skips it)")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	o.streamerFlags = strings.Fields(*extra)
+	for _, f := range strings.Split(*formats, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if _, err := schema.ParseFormat(f); err != nil {
+			return o, fmt.Errorf("-value-formats: %v", err)
+		}
+		o.formats = append(o.formats, f)
+	}
+	if o.formatEvents <= 0 || o.formatRate <= 0 || o.formatSteady < 0 {
+		return o, errors.New("-formats-events and -formats-rate must be positive, -formats-steady not negative")
+	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -228,6 +256,11 @@ func run(ctx context.Context, o options) int {
 		progress("PostgreSQL %s, Kafka %s, Debezium Server %s (%s), %d cores; database %s",
 			res.info.pgVersion, res.info.kafkaVersion, res.version, res.java, res.info.cores, b.dbName)
 		return runDebeziumCompare(ctx, o, b, res)
+	}
+	if len(o.formats) > 0 {
+		info := b.info(ctx, o)
+		progress("PostgreSQL %s, Kafka %s, %d cores; database %s; value formats %s", info.pgVersion, info.kafkaVersion, info.cores, b.dbName, strings.Join(o.formats, ", "))
+		return runFormats(ctx, o, b, root, info)
 	}
 	if o.outboxes > 0 {
 		info := b.info(ctx, o)

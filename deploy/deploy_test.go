@@ -83,9 +83,16 @@ var contract = map[string][]string{
 	"cdc_outbox_status_updates_total":       nil,
 	"cdc_outbox_ready":                      nil,
 	"cdc_outbox_build_info":                 {"version", "revision", "goversion"},
+
+	"cdc_outbox_schema_registry_requests_total":  {"op", "result"},
+	"cdc_outbox_schema_registry_request_seconds": {"op"}, // histogram
+	"cdc_outbox_schema_encode_failures_total":    {"outbox", "reason"},
+	"cdc_outbox_schema_registry_waiting":         nil,
+	"cdc_outbox_schema_info":                     {"outbox", "registry", "subject", "schema_id", "version"},
 }
 
-var histograms = map[string]bool{"cdc_outbox_end_to_end_latency_seconds": true, "cdc_outbox_receive_latency_seconds": true}
+var histograms = map[string]bool{"cdc_outbox_end_to_end_latency_seconds": true, "cdc_outbox_receive_latency_seconds": true,
+	"cdc_outbox_schema_registry_request_seconds": true}
 
 // targetLabels are the labels Prometheus adds to every scraped series.
 var targetLabels = []string{"job", "instance"}
@@ -658,7 +665,7 @@ func TestContractCovered(t *testing.T) {
 		"up", "cdc_outbox_lag_seconds", "cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_active",
 		"cdc_outbox_slot_wal_status", "cdc_outbox_ready", "cdc_outbox_bad_events_total",
 		"cdc_outbox_publish_errors_total", "cdc_outbox_standby_slots_blocking", "cdc_outbox_slot_failover_standby",
-		"cdc_outbox_history_epoch", "cdc_outbox_lost_history_total",
+		"cdc_outbox_history_epoch", "cdc_outbox_lost_history_total", "cdc_outbox_schema_registry_waiting",
 	} {
 		if !alerted[name] {
 			t.Errorf("%s is in no alert", name)

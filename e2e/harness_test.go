@@ -443,7 +443,11 @@ func (wl *workload) verify(types []string, timeout time.Duration, opts ...kgo.Op
 		fetches.EachRecord(func(r *kgo.Record) {
 			id := header(r, "id")
 			var body struct{ Seq int }
-			_ = json.Unmarshal(r.Value, &body)
+			value := r.Value
+			if len(value) > 5 && value[0] == 0 {
+				value = value[5:] // JSON Schema's: the registry's wire header, then the payload
+			}
+			_ = json.Unmarshal(value, &body)
 			if len(got[id]) == 0 {
 				if _, ok := want[id]; ok {
 					seen++

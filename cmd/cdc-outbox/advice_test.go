@@ -19,6 +19,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/republish"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
+	"github.com/cdc-outbox/cdc-outbox/schema"
 )
 
 // TestAdvice pins every piece of advice the command gives about an error of
@@ -162,6 +163,25 @@ func TestAdvice(t *testing.T) {
 		{"cluster: SASL", &pipeline.ProduceError{EventID: "7", Err: &pipeline.RefusedError{Topic: "t", Err: kerr.SaslAuthenticationFailed}},
 			"; SASL authentication failed: check --kafka-sasl-username and the password (--kafka-sasl-password-file or --kafka-sasl-password), " +
 				"that the user exists on the broker with credentials for --kafka-sasl-mechanism, and that --kafka-brokers names its SASL listener"},
+
+		// Schemas on the wire (schemas.go).
+		{"payload does not fit", &pipeline.BadEventError{EventID: "7", LSN: 0x3EB, Err: &pipeline.EncodeError{Fault: pipeline.FaultEvent,
+			Err: &schema.MismatchError{Subject: "payment-value", SchemaID: 3, Version: 2, Format: schema.Avro, Path: "$.n", Reason: "want long"}}},
+			`; correct the writer so its payloads fit the avro schema, or register a version of subject "payment-value" that accepts them ` +
+				"(mind the subject's compatibility rule: Confluent's default is BACKWARD, Apicurio's none)" +
+				"; fix the row (or the configuration) and restart, or run with --on-bad-event=dead-letter to set such events aside"},
+		{"subject deleted", &pipeline.SchemaStopError{EventID: "7", LSN: 0x3EB, Err: &pipeline.EncodeError{Fault: pipeline.FaultSchema,
+			Err: &schema.NotFoundError{URL: "http://r", Subject: "payment-value", Code: 40401}}},
+			"; register the schema under the subject again (nothing is registered unless --schema-register-file asks), " +
+				"or point the outbox at a subject, version or id the registry has (--schema-subject-strategy, --schema-version, --schema-id, or the row's schema version column)" +
+				"; the stream stopped before this event and confirms nothing past it: restart once the schema is there"},
+		{"registry down", &pipeline.UnavailableError{EventID: "7", LSN: 0x3EB, Err: &pipeline.EncodeError{Fault: pipeline.FaultUnavailable,
+			Err: &schema.RegistryError{URL: "http://r/subjects/p-value/versions/latest", Op: "latest_version", Err: errors.New("connection refused")}}},
+			"; the stream waits, reading again from the confirmed position with backoff, and goes on once the registry answers" +
+				": check that the registry runs and that --schema-registry-url reaches it (a slower answer than --schema-registry-timeout counts as none)"},
+		{"registry refuses the credentials", &schema.RegistryError{URL: "http://r", Status: 401, Err: errors.New("unauthorized")},
+			"; the stream waits, reading again from the confirmed position with backoff, and goes on once the registry answers" +
+				": the registry refuses the credentials: check --schema-registry-username with --schema-registry-password-file, or --schema-registry-bearer-token-file"},
 
 		// Exactly-once delivery (sink.Transactional).
 		{"fenced: produce", &sink.TxError{TransactionalID: "cdc-outbox-s", Op: "produce", Err: kerr.InvalidProducerEpoch},

@@ -56,6 +56,11 @@ type runConfig struct {
 	DeadLetterTopic string
 	MessagePrefix   string
 
+	// Value is the default outbox's value format; Registry the schema
+	// registry's connection (schemas.go).
+	Value    valueConfig
+	Registry registryConfig
+
 	Delivery            string
 	TransactionalID     string
 	CheckpointTopic     string
@@ -97,6 +102,7 @@ func runFlags(c *runConfig) *flags {
 	f.String(&c.MessagePrefix, "message-prefix", contract.DefaultMessagePrefix, "`prefix` of outbox messages: pg_logical_emit_message(true, <prefix>, <envelope>) is published as the event an outbox row "+
 		"of the same values would be; messages of other prefixes are passed over")
 	f.outboxes = &c.Outboxes
+	valueFlags(f, c)
 
 	deliveryFlags(f, c)
 	f.String(&c.TransactionalID, "transactional-id", "", "exactly-once: the Kafka transactional `id`; a new instance with the same id fences the old one. Default cdc-outbox-<system identifier>-<database OID>-<slot>")
@@ -240,6 +246,7 @@ func (c *runConfig) validate() error {
 	p.source(c.PostgresURL, c.Publication, c.Slot)
 	c.validateOutboxes(&p)
 	c.validateOutput(&p)
+	c.validateValues(&p)
 	check(c.MessagePrefix != "" && len(c.MessagePrefix) <= 255 && utf8.ValidString(c.MessagePrefix) && !strings.ContainsRune(c.MessagePrefix, 0),
 		"--message-prefix %q: give 1 to 255 bytes of UTF-8 text", c.MessagePrefix)
 	check(c.CPUs >= 0, "--cpus %d: must be 0 (Go's default) or positive", c.CPUs)

@@ -214,6 +214,17 @@ func parseOutboxes(path string, n *yaml.Node) ([]outboxEntry, error) {
 			case twice || k.Value == "table" && table != "":
 				fail(k.Line, "%s: %s is given twice in one outbox", outboxesKey, k.Value)
 				continue
+			case valueIntKeys[k.Value]:
+				var n int
+				if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&n) != nil {
+					fail(v.Line, "%s: %s: want an integer, got %s", outboxesKey, k.Value, describe(v))
+					continue
+				}
+			case valueDurationKeys[k.Value]:
+				if _, err := time.ParseDuration(v.Value); err != nil || v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+					fail(v.Line, "%s: %s: want a duration string such as \"30s\" or \"5m\", got %s", outboxesKey, k.Value, describe(v))
+					continue
+				}
 			case v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str":
 				fail(v.Line, "%s: %s: want a string, got %s", outboxesKey, k.Value, describe(v))
 				continue

@@ -266,6 +266,8 @@ func TestSplitShell(t *testing.T) {
 var docsValue = map[string]string{
 	"postgres-url":  "postgres://app@db.internal:5432/app",
 	"kafka-brokers": "kafka:9092",
+
+	"schema-registry-url": "http://registry.internal:8081",
 }
 
 // TestDriftDocsCommands: every cdc-outbox command that a shell block of

@@ -147,7 +147,8 @@ var allowedImports = map[string][]string{
 	"internal/testenv": nil,
 	"internal/tracing": nil,
 	"cmd/cdc-outbox": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/metrics",
-		"internal/pipeline", "internal/relay", "internal/replication", "internal/republish", "internal/sink", "internal/tracing", "outbox/contract", "outbox/pgname"},
+		"internal/pipeline", "internal/relay", "internal/replication", "internal/republish", "internal/sink", "internal/tracing", "outbox/contract", "outbox/pgname",
+		"schema"},
 }
 
 // TestImportGraph: go list's imports of the streamer's packages (tests

@@ -53,7 +53,14 @@ func (c *runConfig) validateOutboxes(p *problems) {
 	}
 	for _, e := range c.Outboxes {
 		m := e.mapping(c.Mapping, c.Source)
-		if _, err := mapping.New(m); err != nil {
+		checked := m
+		if checked.Source == "" {
+			// The default, each table's identity, is resolved at start and
+			// is a URI-reference of this shape, which every record format
+			// accepts (as validateOutput assumes for --source).
+			checked.Source = "0/0/0"
+		}
+		if _, err := mapping.New(checked); err != nil {
 			*p = append(*p, fmt.Errorf("%s: %w", e.where, err))
 		}
 		p.check(m.Source == "" || !e.pattern.IsGlob(), "%s: source %q for the pattern %s: each table it matches needs a source of its own; leave source out for each table's default",
@@ -85,8 +92,8 @@ type outboxEntry struct {
 
 // outboxKeys are the keys of an entry of the outboxes list, besides table:
 // the flags that shape one outbox's records.
-var outboxKeys = []string{"topic", "source", "record-format", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
-	"column-payload", "column-headers", "column-created-at", "column-tracing-span-context", onBadEventKey}
+var outboxKeys = append([]string{"topic", "source", "record-format", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
+	"column-payload", "column-headers", "column-created-at", "column-tracing-span-context", onBadEventKey}, valueKeys...)
 
 // onBadEventKey is the entry's bad-event policy, instead of --on-bad-event:
 // a payments outbox may stop the stream while tenants' dead-letter, so one

@@ -55,6 +55,11 @@ func republishFlags(c *republishConfig) *flags {
 	f.String(&rc.CheckpointTopic, "checkpoint-topic", "cdc_outbox.checkpoints", "compacted `topic` holding the stream's history epochs (run's --checkpoint-topic)")
 	kafkaFlags(f, rc)
 	mappingFlags(f, rc)
+	// Not run's value formats: a configuration file shared with run that
+	// sets one is refused rather than its payloads sent raw to topics whose
+	// consumers read a registry's format.
+	f.String(&rc.Value.Format, "value-format", valueRaw, "record value: raw only (the payload as the service wrote it); republish does not write a schema registry's formats yet, "+
+		"so an outbox whose run writes avro, protobuf or json-schema values is refused rather than re-published in another format")
 	logFlags(f, rc)
 	return f
 }
@@ -112,6 +117,8 @@ func (c *republishConfig) validate() error {
 	check(err == nil, "--until %q: %v", c.Until, err)
 	check(since.IsZero() || until.IsZero() || since.Before(until), "--since must be before --until")
 	check(c.BatchSize > 0, "--batch-size %d: must be positive", c.BatchSize)
+	check(c.Value.Format == valueRaw, "--value-format %q: republish writes raw values only; its consumers read %s through a schema registry, so re-publishing those rows as raw JSON would break them",
+		c.Value.Format, c.Value.Format)
 	check(c.ProgressInterval >= 0, "--progress-interval %s: must not be negative", c.ProgressInterval)
 	check(c.ShutdownTimeout >= 0, "--shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
 	return errors.Join(p...)

@@ -22,6 +22,7 @@ func TestRepublishValidation(t *testing.T) {
 		{[]string{"--since", "2026-02-01T00:00:00Z", "--until", "2026-01-01 00:00:00+00"}, "--since must be before --until"},
 		{[]string{"--batch-size", "0"}, "--batch-size 0: must be positive"},
 		{[]string{"--on-bad-event", "skip"}, `--on-bad-event "skip"`},
+		{[]string{"--value-format", "avro"}, `--value-format "avro": republish writes raw values only`},
 	} {
 		var out, errOut bytes.Buffer
 		code := cli(append([]string{"republish", "--postgres-url", "postgres://u@h/db"}, c.args...), &out, &errOut)

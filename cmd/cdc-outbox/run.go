@@ -166,6 +166,12 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		log.Info("tracing: a span per event, exported over OTLP as the OTEL_* environment variables say")
 	}
 
+	// The registry is asked nothing here but for --schema-register-file:
+	// schemas are fetched as the events need them, and a registry down at
+	// start is waited for like one that goes down later.
+	if err := c.withEncoders(ctx, specs, m, log); err != nil {
+		return err
+	}
 	r, err := relay.New(ctx, c.relayConfig(specs, kafkaOpts, m, tracer), g, m, log)
 	if err != nil {
 		return err

@@ -163,6 +163,9 @@ const (
 //	                     events_streamed and last_event (from --metrics-url: the running
 //	                     streamer's count and the commit time of its last event, RFC 3339;
 //	                     -1 and "" when not read)
+//	schemas              from --metrics-url, the schemas the running streamer writes values by
+//	                     (--value-format avro, protobuf, json-schema), each an object: outbox,
+//	                     registry, subject, schema_id, version; [] when not read or none
 //	delivery             --delivery: at-least-once or exactly-once
 //	kafka_checkpoint_lsn exactly-once: the slot's last checkpoint committed in Kafka
 //	                     (--checkpoint-topic), "0/0" when none or in at-least-once delivery;
@@ -222,6 +225,9 @@ type statusReport struct {
 	TableInPublication bool           `json:"table_in_publication"`
 	TableRowsEstimate  int64          `json:"table_rows_estimate"`
 	Outboxes           []statusOutbox `json:"outboxes"`
+	// Schemas are the schemas the running streamer writes by (from
+	// --metrics-url; [] when not read, or with raw values).
+	Schemas []statusSchema `json:"schemas"`
 	// TemporaryTables are temporary tables (any session's) that match a
 	// pattern: never streamed.
 	TemporaryTables []string `json:"temporary_tables"`
@@ -251,6 +257,16 @@ type statusReport struct {
 	// publicationProblem is what the publication misses of the table, with
 	// the fix, when TableInPublication is false.
 	publicationProblem string
+}
+
+// statusSchema is a schema the running streamer writes an outbox's values
+// by, as its /metrics says (cdc_outbox_schema_info).
+type statusSchema struct {
+	Outbox   string `json:"outbox"`
+	Registry string `json:"registry"`
+	Subject  string `json:"subject"`
+	ID       int    `json:"schema_id"`
+	Version  int    `json:"version"`
 }
 
 // statusOutbox is one outbox table in the status report.
@@ -304,6 +320,7 @@ func newStatusReport(c *statusConfig) *statusReport {
 		FailoverStandbys:   []failoverStandby{},
 		Table:              statusTable(c.Table),
 		Outboxes:           []statusOutbox{},
+		Schemas:            []statusSchema{},
 		TemporaryTables:    []string{},
 		TableRowsEstimate:  -1,
 		Delivery:           c.kafka.Delivery,
@@ -549,10 +566,13 @@ func (r *statusReport) fillMembership(in replication.OutboxesInspection, publica
 // readStreamed reads the running streamer's per-outbox counts from its
 // /metrics; failing to is a warning.
 func (r *statusReport) readStreamed(ctx context.Context, url string) {
-	streamed, last, err := scrapeOutboxes(ctx, url)
+	streamed, last, schemas, err := scrapeOutboxes(ctx, url)
 	if err != nil {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("cannot read the streamer's metrics at --metrics-url %s: %v", url, err))
 		return
+	}
+	if schemas != nil {
+		r.Schemas = schemas
 	}
 	for i := range r.Outboxes {
 		o := &r.Outboxes[i]
@@ -846,6 +866,12 @@ func (r *statusReport) writeText(w io.Writer) {
 	} else if len(r.Outboxes) == 1 && r.Outboxes[0].EventsStreamed >= 0 {
 		add("  streamed", "%d", r.Outboxes[0].EventsStreamed)
 		add("  last event", "%s", orNone(r.Outboxes[0].LastEvent))
+	}
+	for i, sc := range r.Schemas {
+		if i == 0 || sc.Registry != r.Schemas[i-1].Registry {
+			add("schema registry", "%s", sc.Registry)
+		}
+		add("  "+sc.Outbox, "subject %s: schema %d, version %d", sc.Subject, sc.ID, sc.Version)
 	}
 	add("delivery", "%s", r.Delivery)
 	if r.Delivery == deliveryExactlyOnce {

@@ -415,7 +415,8 @@ func checkUnmet(t *testing.T, url, cause string) {
 // TestStatusManyOutboxes: with a pattern in --table, status lists every
 // table it matches, says which the publication misses and how to add it,
 // and sums them up in the table keys; with --metrics-url it reads each
-// one's events streamed and last event from a streamer's /metrics.
+// one's events streamed and last event from a streamer's /metrics, and the
+// schemas it writes by.
 func TestStatusManyOutboxes(t *testing.T) {
 	t.Parallel()
 	url, slot := statusDatabase(t)
@@ -424,7 +425,8 @@ func TestStatusManyOutboxes(t *testing.T) {
 		CREATE PUBLICATION so FOR TABLE so_a.outbox WITH (publish = 'insert')`)
 	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, "# TYPE cdc_outbox_outbox_events_total counter\ncdc_outbox_outbox_events_total{outbox=\"so_a.outbox\"} 42\n"+
-			"cdc_outbox_outbox_last_event_timestamp_seconds{outbox=\"so_a.outbox\"} 1.7960832e+09\n")
+			"cdc_outbox_outbox_last_event_timestamp_seconds{outbox=\"so_a.outbox\"} 1.7960832e+09\n"+
+			"cdc_outbox_schema_info{outbox=\"so_*.outbox\",registry=\"http://registry:8081\",schema_id=\"7\",subject=\"payment-value\",version=\"3\"} 1\n")
 	}))
 	defer metrics.Close()
 	args := []string{"--postgres-url", url, "--slot", slot, "--publication", "so", "--table", "so_*.outbox", "--metrics-url", metrics.URL}
@@ -433,7 +435,8 @@ func TestStatusManyOutboxes(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	for _, want := range []string{"table: so_*.outbox", "outboxes: 2", "so_a.outbox: in publication yes, rows (estimate) unknown (never analyzed), streamed 42, last event 2026-12-01T00:00:00Z",
-		"so_b.outbox: in publication no", `ALTER PUBLICATION "so" ADD TABLE "so_b"."outbox"`} {
+		"so_b.outbox: in publication no", `ALTER PUBLICATION "so" ADD TABLE "so_b"."outbox"`,
+		"schema registry: http://registry:8081", "so_*.outbox: subject payment-value: schema 7, version 3"} {
 		if !strings.Contains(squash(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -448,12 +451,14 @@ func TestStatusManyOutboxes(t *testing.T) {
 			EventsStreamed int64  `json:"events_streamed"`
 			LastEvent      string `json:"last_event"`
 		} `json:"outboxes"`
+		Schemas []statusSchema `json:"schemas"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
 	if !r.TableExists || r.TableInPublication || len(r.Outboxes) != 2 || r.Outboxes[0].EventsStreamed != 42 || r.Outboxes[1].EventsStreamed != -1 ||
-		r.Outboxes[1].InPublication || r.Outboxes[1].LastEvent != "" {
+		r.Outboxes[1].InPublication || r.Outboxes[1].LastEvent != "" ||
+		len(r.Schemas) != 1 || r.Schemas[0] != (statusSchema{Outbox: "so_*.outbox", Registry: "http://registry:8081", Subject: "payment-value", ID: 7, Version: 3}) {
 		t.Errorf("JSON: %s", out)
 	}
 }

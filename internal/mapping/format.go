@@ -56,6 +56,7 @@ const (
 	// goes on as an extension attribute (lower-case letters and digits
 	// only, as the specification requires of attribute names).
 	ceAggregateType = "ce_aggregatetype"
+	ceDataSchema    = "ce_dataschema"
 
 	// ContentTypeStructured is a structured record's content-type.
 	ContentTypeStructured = "application/cloudevents+json; charset=UTF-8"
@@ -211,6 +212,20 @@ func (m *Mapper) cloudEvent(cols []Column, rec *kgo.Record, extra int, ts time.T
 	}
 	rec.Value, rec.Headers = doc, hdrs
 	return nil
+}
+
+// SetDataSchema makes rec, a CloudEvents binary record, one whose data is
+// of content type ct by the schema at the URI dataSchema (a schema
+// registry's): content-type becomes ct, and the dataschema attribute names
+// the schema. The headers column cannot have set a ce_ header (Map refuses
+// it), so dataschema is not there yet.
+func SetDataSchema(rec *kgo.Record, ct, dataSchema []byte) {
+	for i := range rec.Headers {
+		if rec.Headers[i].Key == HeaderContentType {
+			rec.Headers[i].Value = ct
+		}
+	}
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: ceDataSchema, Value: dataSchema})
 }
 
 // appendJSONString appends the UTF-8 text s as a JSON string.

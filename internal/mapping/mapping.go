@@ -218,6 +218,16 @@ func (m *Mapper) EventID(cols []Column) string {
 	return string(cols[i].Data)
 }
 
+// EventType returns the event type text from cols, aliasing them, or nil
+// when it is NULL or missing.
+func (m *Mapper) EventType(cols []Column) []byte {
+	i := m.idx[roleEventType]
+	if i >= len(cols) || cols[i].Null || cols[i].Missing {
+		return nil
+	}
+	return cols[i].Data
+}
+
 // Map fills rec from cols (len == len(Columns())): Topic, Key, Value, Headers
 // and Timestamp; every other field of rec is reset to its zero value. The
 // record shares no memory with cols. On a bad row it returns a

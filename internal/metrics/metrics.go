@@ -42,6 +42,15 @@
 //	cdc_outbox_outbox_last_event_timestamp_seconds{outbox} gauge   commit time of its last acknowledged event; 0 before the first
 //	cdc_outbox_outboxes_unpublished                      gauge     tables matching an outbox pattern that the publication does not publish wholly
 //
+// Schema registry, for outboxes whose values are written in a registry's
+// format (Avro, Protobuf or JSON Schema):
+//
+//	cdc_outbox_schema_registry_requests_total{op,result}         counter   requests: op schema_by_id, subject_version, latest_version or register; result ok or error
+//	cdc_outbox_schema_registry_request_seconds{op}               histogram their time
+//	cdc_outbox_schema_encode_failures_total{outbox,reason}       counter   events not encoded: mismatch, subject, unavailable, not_found, schema
+//	cdc_outbox_schema_registry_waiting                           gauge     1 while the stream waits for the registry, else 0
+//	cdc_outbox_schema_info{outbox,registry,subject,schema_id,version} gauge 1 for the schema each outbox's subject is written by now
+//
 // Exactly-once delivery (zero in at-least-once):
 //
 //	cdc_outbox_kafka_transactions_total{outcome}     counter   Kafka transactions: committed or aborted
@@ -142,6 +151,7 @@ type Metrics struct {
 	kafkaReconnects atomic.Uint64
 	ready           func() (bool, string)
 	kafka           *kprom.Metrics
+	schema          *schemaMetrics
 	now             func() time.Time
 }
 
@@ -307,6 +317,8 @@ func New(reg prometheus.Registerer, src Sources, build Build) *Metrics {
 		Name: "cdc_outbox_build_info", Help: "Build of the running binary; always 1.",
 		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": runtimeVersion},
 	}).Set(1)
+
+	m.schema = newSchemaMetrics(reg)
 
 	// Batches besides kprom's defaults: batches per event is what the
 	// producer's linger buys, and a benchmark figure.

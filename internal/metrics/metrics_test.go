@@ -75,6 +75,12 @@ func TestMetricNamesTypesAndHelp(t *testing.T) {
 	m.Unpublished(2)
 	m.TxCommitted(1, 2*time.Second)
 	m.TxAborted()
+	m.RegistryCall("latest_version", 3*time.Millisecond, nil)
+	m.RegistryCall("schema_by_id", time.Second, io.EOF)
+	m.EncodeFailed("public.outbox", "mismatch")
+	m.RegistryWaiting(true)
+	m.SchemaInUse("public.outbox", "http://registry:8081", "payment-value", 3, 1)
+	m.SchemaInUse("public.outbox", "http://registry:8081", "payment-value", 4, 2)
 	hooks := m.Hooks()
 	hooks[1].(kgo.HookProduceRecordUnbuffered).OnProduceRecordUnbuffered(&kgo.Record{}, io.EOF)
 
@@ -125,6 +131,19 @@ cdc_outbox_lag_seconds 4
 # HELP cdc_outbox_lost_history_total Times Kafka was found to hold events of WAL that the server streamed from no longer has (a failover past what the standby received, a restore): their ids may be handed out again.
 # TYPE cdc_outbox_lost_history_total counter
 cdc_outbox_lost_history_total 1
+# HELP cdc_outbox_schema_encode_failures_total Events whose value could not be encoded by their schema, by outbox and reason: mismatch, subject (bad events), unavailable (the registry did not answer; the stream waits), not_found, schema (the stream stops).
+# TYPE cdc_outbox_schema_encode_failures_total counter
+cdc_outbox_schema_encode_failures_total{outbox="public.outbox",reason="mismatch"} 1
+# HELP cdc_outbox_schema_info 1 for the schema each outbox's subject is written by now: the registry, its global id and version (0 when chosen by id).
+# TYPE cdc_outbox_schema_info gauge
+cdc_outbox_schema_info{outbox="public.outbox",registry="http://registry:8081",schema_id="4",subject="payment-value",version="2"} 1
+# HELP cdc_outbox_schema_registry_requests_total Requests to the schema registry, by op (schema_by_id, subject_version, latest_version, register) and result (ok or error); schemas are cached, so this grows per schema, not per event.
+# TYPE cdc_outbox_schema_registry_requests_total counter
+cdc_outbox_schema_registry_requests_total{op="latest_version",result="ok"} 1
+cdc_outbox_schema_registry_requests_total{op="schema_by_id",result="error"} 1
+# HELP cdc_outbox_schema_registry_waiting 1 while the stream waits for the schema registry (its last attempt to get a schema had no usable answer), else 0.
+# TYPE cdc_outbox_schema_registry_waiting gauge
+cdc_outbox_schema_registry_waiting 1
 # HELP cdc_outbox_publish_errors_total Errors producing to Kafka, including ones that were retried.
 # TYPE cdc_outbox_publish_errors_total counter
 cdc_outbox_publish_errors_total 1
@@ -205,7 +224,8 @@ cdc_outbox_transactions_total 7
 		"cdc_outbox_events_skipped_total", "cdc_outbox_events_total", "cdc_outbox_inflight_bytes", "cdc_outbox_inflight_events",
 		"cdc_outbox_kafka_transactions_total", "cdc_outbox_lag_seconds", "cdc_outbox_lost_history_total", "cdc_outbox_outbox_bad_events_total",
 		"cdc_outbox_outbox_events_total", "cdc_outbox_outbox_last_event_timestamp_seconds", "cdc_outbox_outboxes_unpublished",
-		"cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_received_lsn", "cdc_outbox_reconnects_total",
+		"cdc_outbox_publish_errors_total", "cdc_outbox_ready", "cdc_outbox_schema_encode_failures_total", "cdc_outbox_schema_info",
+		"cdc_outbox_schema_registry_requests_total", "cdc_outbox_schema_registry_waiting", "cdc_outbox_received_lsn", "cdc_outbox_reconnects_total",
 		"cdc_outbox_replication_lag_bytes", "cdc_outbox_slot_active", "cdc_outbox_slot_failover", "cdc_outbox_slot_failover_ready",
 		"cdc_outbox_slot_failover_standby", "cdc_outbox_slot_holder", "cdc_outbox_slot_retained_wal_bytes", "cdc_outbox_slot_wal_status",
 		"cdc_outbox_standby_slots_blocking", "cdc_outbox_status_updates_total", "cdc_outbox_timestamps_replaced_total",
@@ -234,7 +254,8 @@ cdc_outbox_transactions_total 7
 		}
 	}
 
-	problems, err := testutil.GatherAndLint(reg, append(names, "cdc_outbox_end_to_end_latency_seconds", "cdc_outbox_kafka_transaction_seconds")...)
+	problems, err := testutil.GatherAndLint(reg, append(names, "cdc_outbox_end_to_end_latency_seconds", "cdc_outbox_kafka_transaction_seconds",
+		"cdc_outbox_schema_registry_request_seconds")...)
 	if err != nil {
 		t.Fatal(err)
 	}

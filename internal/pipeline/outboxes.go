@@ -24,7 +24,8 @@ import (
 // union of every entry's, and each outbox picks its own from it (idx).
 type registry struct {
 	entries  []mapping.Config
-	policies []string // by entry: its own bad-event policy, "" for the stream's
+	policies []string  // by entry: its own bad-event policy, "" for the stream's
+	encs     []Encoder // by entry; nil for the payload as it is
 	wanted   []string
 	byRel    map[uint32]*outbox // by relation id: the table and its partitions (replication goroutine only)
 
@@ -43,6 +44,9 @@ type outbox struct {
 	policy string           // its own bad-event policy, "" for the stream's
 	idx    []int            // for each of mapper.Columns(), its index in registry.wanted
 	cols   []mapping.Column // reused for every insert (replication goroutine only)
+	enc    Encoder          // its entry's; nil for the payload as it is
+	encIdx []int            // for each of enc.Columns(), its index in registry.wanted
+	encVal [][]byte         // reused for every insert (replication goroutine only)
 
 	events       atomic.Uint64 // acknowledged by the broker
 	deadLettered atomic.Uint64
@@ -51,9 +55,13 @@ type outbox struct {
 }
 
 // newRegistry checks every entry's mapping and makes the decoder's column
-// list. An entry's empty Source is the table's identity, once known.
-func newRegistry(entries []mapping.Config) (*registry, error) {
-	r := &registry{entries: entries, policies: make([]string, len(entries)), byRel: map[uint32]*outbox{}, byTable: map[uint32]*outbox{}}
+// list. An entry's empty Source is the table's identity, once known. encs
+// are the entries' encoders, nil or as many as entries.
+func newRegistry(entries []mapping.Config, encs []Encoder) (*registry, error) {
+	if encs != nil && len(encs) != len(entries) {
+		return nil, fmt.Errorf("%d encoders for %d outboxes", len(encs), len(entries))
+	}
+	r := &registry{entries: entries, policies: make([]string, len(entries)), encs: encs, byRel: map[uint32]*outbox{}, byTable: map[uint32]*outbox{}}
 	for i, e := range entries {
 		if e.Source == "" {
 			// The default, the table's identity, is set once the table is
@@ -70,8 +78,23 @@ func newRegistry(entries []mapping.Config) (*registry, error) {
 				r.wanted = append(r.wanted, c)
 			}
 		}
+		if enc := r.encoder(i); enc != nil {
+			for _, c := range enc.Columns() {
+				if !slices.Contains(r.wanted, c) {
+					r.wanted = append(r.wanted, c)
+				}
+			}
+		}
 	}
 	return r, nil
+}
+
+// encoder is entry i's encoder, nil for none.
+func (r *registry) encoder(i int) Encoder {
+	if i < len(r.encs) {
+		return r.encs[i]
+	}
+	return nil
 }
 
 // add makes rel's inserts o's, building the outbox the first time its table
@@ -117,6 +140,12 @@ func (r *registry) table(o decoder.Outbox) (*outbox, bool, error) {
 		ob.idx = append(ob.idx, slices.Index(r.wanted, c))
 	}
 	ob.cols = make([]mapping.Column, len(ob.idx))
+	if ob.enc = r.encoder(o.Entry); ob.enc != nil {
+		for _, c := range ob.enc.Columns() {
+			ob.encIdx = append(ob.encIdx, slices.Index(r.wanted, c))
+		}
+		ob.encVal = make([][]byte, len(ob.encIdx))
+	}
 	r.mu.Lock()
 	r.byTable[o.OID] = ob
 	r.mu.Unlock()

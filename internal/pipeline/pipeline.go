@@ -76,6 +76,11 @@ type Config struct {
 	// exactly-once delivery, that the Kafka checkpoint is of a history
 	// the server does not have (epoch.go); nil records none.
 	Lineage Lineage
+	// Encoders, when set, are each outbox's (Mapping's, or Outboxes' in
+	// their order) value encoder (encode.go), nil for the payload as it
+	// is; the first also encodes the outbox messages, which are mapped by
+	// the first outbox's settings.
+	Encoders []Encoder
 }
 
 // Tracer starts an event's span when its record is produced: the child of
@@ -227,7 +232,7 @@ func New(cfg Config, ckpt *checkpoint.Tracker, catalog Catalog, sink Producer, o
 	if len(entries) == 0 {
 		entries = []mapping.Config{cfg.Mapping}
 	}
-	reg, err := newRegistry(entries)
+	reg, err := newRegistry(entries, cfg.Encoders)
 	if err != nil {
 		return nil, err
 	}
@@ -520,6 +525,17 @@ func (p *Pipeline) insert(lsn pglogrepl.LSN, ev *decoder.Event) error {
 		}
 		return p.bad(ev, &BadEventError{EventID: me.EventID, LSN: lsn, Err: me})
 	}
+	if o.enc != nil {
+		for i, w := range o.encIdx {
+			o.encVal[i] = nil
+			if v := ev.Values[w]; !v.Null() && !v.Missing() {
+				o.encVal[i] = v.Data
+			}
+		}
+		if done, err := p.encode(lsn, ev, pd, o.enc, EncodeEvent{EventType: o.mapper.EventType(o.cols), Columns: o.encVal}); done {
+			return err
+		}
+	}
 	return p.publish(lsn, ev, pd)
 }
 
@@ -533,6 +549,11 @@ func (p *Pipeline) message(lsn pglogrepl.LSN, ev *decoder.Event) error {
 			return fmt.Errorf("map the message at LSN %s: %w", lsn, err)
 		}
 		return p.bad(ev, &BadEventError{EventID: me.EventID, LSN: lsn, Err: me})
+	}
+	if enc := p.reg.encoder(0); enc != nil {
+		if done, err := p.encode(lsn, ev, pd, enc, EncodeEvent{EventType: p.mapper.EventType(p.cols)}); done {
+			return err
+		}
 	}
 	return p.publish(lsn, ev, pd)
 }

@@ -28,6 +28,9 @@ type Outbox struct {
 	// OnBadEvent is the outbox's own bad-event policy; empty: the
 	// stream's (Config.OnBadEvent).
 	OnBadEvent string
+	// Encoder writes its record values in a schema registry's format; nil
+	// for the payload as it is.
+	Encoder pipeline.Encoder
 }
 
 // Config is one stream: where it reads, what, how it publishes and
@@ -200,6 +203,7 @@ func New(ctx context.Context, cfg Config, g Group, obs Observer, log *slog.Logge
 		Explain:           cfg.Explain,
 		Tracer:            cfg.Tracer,
 		Lineage:           r.lineage,
+		Encoders:          r.encoders(),
 	}, r.tracker, catalog, r.delivery.producer(), obs, log)
 	if err != nil {
 		return nil, err
@@ -317,6 +321,20 @@ func (r *Relay) policies() []string {
 	out := make([]string, len(r.cfg.Outboxes))
 	for i, o := range r.cfg.Outboxes {
 		out[i] = o.OnBadEvent
+	}
+	return out
+}
+
+// encoders are the outboxes' value encoders, nil when none has one.
+func (r *Relay) encoders() []pipeline.Encoder {
+	var out []pipeline.Encoder
+	for i, o := range r.cfg.Outboxes {
+		if o.Encoder != nil && out == nil {
+			out = make([]pipeline.Encoder, len(r.cfg.Outboxes))
+		}
+		if out != nil {
+			out[i] = o.Encoder
+		}
 	}
 	return out
 }

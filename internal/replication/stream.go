@@ -193,9 +193,15 @@ func (s *Stream) Run(ctx context.Context) error {
 			wait = backoff(attempt)
 			msg := "replication connection lost; reconnecting"
 			var later interface{ Retry() bool }
+			var again interface{ Resend() bool }
 			if errors.As(err, &later) && later.Retry() {
 				// Holding gave the slot up: what it needs is not there yet.
 				msg = "the slot was taken, but what streaming needs first is not known yet; trying again"
+			} else if errors.As(err, &again) && again.Resend() {
+				// The handler gave the connection up: what it was given
+				// cannot be handled now (a schema registry that does not
+				// answer), or must be read again.
+				msg = "giving the replication connection up to read again from the confirmed position"
 			}
 			s.log.Warn(msg, "error", err, "in", wait.Round(time.Millisecond), "resume_lsn", s.pos.Confirmed())
 		}
