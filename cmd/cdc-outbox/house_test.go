@@ -138,16 +138,17 @@ var allowedImports = map[string][]string{
 	"internal/decoder":     nil,
 	"internal/mapping":     {"outbox/contract", "outbox/topic"},
 	"internal/metrics":     nil,
-	"internal/pipeline":    {"internal/checkpoint", "internal/decoder", "internal/mapping", "outbox/contract"},
-	"internal/replication": {"internal/decoder", "outbox/pgname", "sql"},
+	"internal/pipeline":    {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/shard", "outbox/contract"},
+	"internal/replication": {"internal/decoder", "internal/shard", "outbox/pgname", "sql"},
 	"internal/republish":   {"internal/mapping", "outbox/pgname", "internal/pipeline", "internal/replication"},
 	"internal/relay": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/pipeline", "internal/replication",
-		"internal/sink", "outbox/pgname"},
+		"internal/shard", "internal/sink", "outbox/pgname"},
+	"internal/shard":   nil,
 	"internal/sink":    nil,
 	"internal/testenv": nil,
 	"internal/tracing": nil,
 	"cmd/cdc-outbox": {"internal/checkpoint", "internal/decoder", "internal/mapping", "internal/metrics",
-		"internal/pipeline", "internal/relay", "internal/replication", "internal/republish", "internal/sink", "internal/tracing", "outbox/contract", "outbox/pgname"},
+		"internal/pipeline", "internal/relay", "internal/replication", "internal/republish", "internal/shard", "internal/sink", "internal/tracing", "outbox/contract", "outbox/pgname"},
 }
 
 // TestImportGraph: go list's imports of the streamer's packages (tests
