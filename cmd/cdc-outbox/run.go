@@ -221,6 +221,7 @@ func (c *runConfig) relayConfig(specs []outboxSpec, kafkaOpts []kgo.Opt, m *metr
 		Tracer:              tracer,
 		StartAttrs:          []any{"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism()},
 		Shards:              c.Shards,
+		ShardKafkaOpts:      append([]kgo.Opt{kgo.WithHooks(m.ShardHooks()...)}, kafkaOpts...),
 	}
 }
 

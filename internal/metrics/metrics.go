@@ -481,6 +481,11 @@ func (m *Metrics) Kafka(up, wasUp, everUp bool) {
 // the publish error counter.
 func (m *Metrics) Hooks() []kgo.Hook { return []kgo.Hook{m.kafka, publishErrorHook{m.publishErrors}} }
 
+// ShardHooks are the hooks of the producers of a stream's shards after the
+// first: the publish error counter only. The Kafka client's metrics
+// register once per registry, so they are the first shard's producer's.
+func (m *Metrics) ShardHooks() []kgo.Hook { return []kgo.Hook{publishErrorHook{m.publishErrors}} }
+
 // publishErrorHook counts produce requests that failed on the wire (they
 // are retried) and records that failed for good.
 type publishErrorHook struct{ c prometheus.Counter }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
@@ -81,6 +82,10 @@ type Config struct {
 	// 0 or 1: one slot. Shard is the one a Relay streams, set by NewShards.
 	Shards int
 	Shard  shard.Shard
+	// ShardKafkaOpts replace Kafka.Opts for the producers of the shards
+	// after the first: without the hooks that register a client's
+	// metrics, which a registry takes once.
+	ShardKafkaOpts []kgo.Opt
 }
 
 // Observer is told what happens to the stream; metrics implement it.

@@ -45,6 +45,9 @@ func NewShards(ctx context.Context, cfg Config, g Group, obs Observer, log *slog
 	for _, sh := range shard.All(cfg.Shards) {
 		c := cfg
 		c.Shard = sh
+		if sh.Index > 0 {
+			c.Kafka.Opts = cfg.ShardKafkaOpts
+		}
 		r, err := New(ctx, c, g, obs, log.With("shard", sh.String()))
 		if err != nil {
 			return nil, fmt.Errorf("shard %s: %w", sh, err)

@@ -19,9 +19,10 @@ const rowFilterMajor = 15
 
 // checkShards refuses a stream split in shards on a server without row
 // filters, and a stream split in another number of shards (or not split)
-// than the slots and publications of its names on the server: each of
-// those holds a position of its own, and a stream beside them would stream
-// their aggregates twice, or leave their WAL held forever.
+// than the slots of its names on the server: each of those holds a
+// position of its own, and a stream beside them would stream their
+// aggregates twice, or leave their WAL held forever. (Publications hold no
+// position: the stream's own, one not split, may stay beside its shards'.)
 func checkShards(ctx context.Context, conn *pgx.Conn, s Setup) error {
 	if s.Shard.Split() {
 		version := conn.PgConn().ParameterStatus("server_version")
@@ -30,25 +31,24 @@ func checkShards(ctx context.Context, conn *pgx.Conn, s Setup) error {
 				msg: fmt.Sprintf("the stream is split in %d shards, which needs row filters (PostgreSQL 15 or newer); the server is PostgreSQL %s", s.Shard.Count, version)}
 		}
 	}
-	slot, pub := s.StreamSlot, s.StreamPublication
+	slot := s.StreamSlot
 	if slot == "" {
-		slot, pub = s.Slot, s.Publication
+		slot = s.Slot
 	}
-	var slots, pubs []string
-	err := conn.QueryRow(ctx, `SELECT
-		coalesce((SELECT array_agg(slot_name::text ORDER BY slot_name) FROM pg_replication_slots
-			WHERE slot_name = $1 OR left(slot_name, length($1) + 7) = $1 || '_shard_'), '{}'),
-		coalesce((SELECT array_agg(pubname::text ORDER BY pubname) FROM pg_publication
-			WHERE pubname = $2 OR left(pubname, length($2) + 7) = $2 || '_shard_'), '{}')`, slot, pub).Scan(&slots, &pubs)
+	var slots []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_replication_slots
+		WHERE slot_name = $1 OR left(slot_name, length($1) + 7) = $1 || '_shard_'`, slot).Scan(&slots)
 	if err != nil {
-		return fmt.Errorf("read the replication slots and publications of stream %s: %w", slot, err)
+		return fmt.Errorf("read the replication slots of stream %s: %w", slot, err)
 	}
 	want := max(s.Shard.Count, 1)
 	if other := otherCounts(slot, slots, want); len(other) > 0 {
-		return shardCountError(s, "replication slots", other, want)
-	}
-	if other := otherCounts(pub, pubs, want); len(other) > 0 {
-		return shardCountError(s, "publications", other, want)
+		asked := "not split"
+		if want > 1 {
+			asked = fmt.Sprintf("split in %d shards", want)
+		}
+		return &Error{Err: ErrShardCount, Slot: s.Slot,
+			msg: fmt.Sprintf("the stream is asked to be %s, and the server holds replication slots of it split otherwise: %s", asked, describeNames(other))}
 	}
 	return nil
 }
@@ -72,15 +72,6 @@ func otherCounts(base string, names []string, want int) []string {
 		}
 	}
 	return other
-}
-
-func shardCountError(s Setup, what string, other []string, want int) error {
-	asked := "not split"
-	if want > 1 {
-		asked = fmt.Sprintf("split in %d shards", want)
-	}
-	return &Error{Err: ErrShardCount, Slot: s.Slot, Publication: s.Publication,
-		msg: fmt.Sprintf("the stream is asked to be %s, and the server holds %s of it split otherwise: %s", asked, what, describeNames(other))}
 }
 
 // checkShardColumns checks that every outbox table of a shard has its
