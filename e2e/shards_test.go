@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -139,6 +141,40 @@ func TestShardsPublishMessagesOnce(t *testing.T) {
 	})
 	if len(got) != 1000 {
 		t.Fatalf("%d event ids in Kafka, want 1000", len(got))
+	}
+	// The metrics are the stream's: the shards' events summed, the lag the
+	// worst shard's.
+	var n float64
+	for series, v := range scrape(t, s.httpAddr()) {
+		if strings.HasPrefix(series, "cdc_outbox_events_total{") {
+			n += v
+		}
+	}
+	if n != 1000 {
+		t.Errorf("cdc_outbox_events_total = %v, want 1000 (rows and messages of the 4 shards)", n)
+	}
+	// status lists every shard, each active.
+	out, err := exec.Command(binary, "status", "--json", "--postgres-url", e.url, "--slot", e.slot, "--shards", fmt.Sprint(shards)).Output()
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st struct {
+		Slot   string
+		Shards []struct {
+			Shard, Slot, Verdict string
+			Active               bool
+		}
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Shards) != shards || !strings.HasPrefix(st.Slot, e.slot+"_shard_") {
+		t.Fatalf("status: %s", out)
+	}
+	for i, sh := range st.Shards {
+		if sh.Slot != e.shardSlots(shards)[i] || !sh.Active || sh.Verdict != "healthy" {
+			t.Errorf("status of shard %d: %+v", i, sh)
+		}
 	}
 	s.stop()
 	for i := range shards {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/cdc-outbox/cdc-outbox/internal/shard"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
@@ -30,4 +32,44 @@ func (c *runConfig) validateShards(p *problems) {
 		check(!pt.IsGlob(), "--shards %d with the table pattern %s: shards stream named tables only (a table created later would join their publications without a row filter); "+
 			"name the tables, or leave --shards at 1", c.Shards, pt)
 	}
+}
+
+// statusShard is one shard in status's report.
+type statusShard struct {
+	Shard             string `json:"shard"`
+	Slot              string `json:"slot"`
+	Publication       string `json:"publication"`
+	Verdict           string `json:"verdict"`
+	Active            bool   `json:"active"`
+	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
+	LagBytes          int64  `json:"lag_bytes"`
+	RetainedWALBytes  int64  `json:"retained_wal_bytes"`
+	WALStatus         string `json:"wal_status"`
+}
+
+// readShardsStatus is readStatus of a stream not split; of one split in
+// shards, readStatus of each shard's slot and publication, the worst
+// shard's report (the highest exit code, then the most lag: the stream's
+// lag is its worst shard's) with every shard listed.
+func readShardsStatus(ctx context.Context, c *statusConfig) *statusReport {
+	if c.Shards <= 1 {
+		return readStatus(ctx, c)
+	}
+	var worst *statusReport
+	var all []statusShard
+	for _, sh := range shard.All(c.Shards) {
+		cs := *c
+		cs.Slot, cs.Publication = sh.Name(c.Slot), sh.Name(c.Publication)
+		r := readStatus(ctx, &cs)
+		if r.Error != "" && r.ExitCode == 2 {
+			return r // PostgreSQL cannot be reached or read: the same for every shard
+		}
+		all = append(all, statusShard{Shard: sh.String(), Slot: r.Slot, Publication: r.Publication, Verdict: r.Verdict, Active: r.Active,
+			ConfirmedFlushLSN: r.ConfirmedFlushLSN, LagBytes: r.LagBytes, RetainedWALBytes: r.RetainedWALBytes, WALStatus: r.WALStatus})
+		if worst == nil || r.ExitCode > worst.ExitCode || r.ExitCode == worst.ExitCode && r.LagBytes > worst.LagBytes {
+			worst = r
+		}
+	}
+	worst.Shards = all
+	return worst
 }
