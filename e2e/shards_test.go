@@ -145,10 +145,17 @@ func TestShardsPublishMessagesOnce(t *testing.T) {
 	// The metrics are the stream's: the shards' events summed, the lag the
 	// worst shard's.
 	var n float64
+	lags := 0
 	for series, v := range scrape(t, s.httpAddr()) {
 		if strings.HasPrefix(series, "cdc_outbox_events_total{") {
 			n += v
 		}
+		if strings.HasPrefix(series, `cdc_outbox_shard_replication_lag_bytes{slot="`+e.slot+"_shard_") {
+			lags++
+		}
+	}
+	if lags != shards {
+		t.Errorf("%d shards' cdc_outbox_shard_replication_lag_bytes, want %d", lags, shards)
 	}
 	if n != 1000 {
 		t.Errorf("cdc_outbox_events_total = %v, want 1000 (rows and messages of the 4 shards)", n)

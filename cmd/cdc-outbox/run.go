@@ -166,9 +166,21 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		log.Info("tracing: a span per event, exported over OTLP as the OTEL_* environment variables say")
 	}
 
-	sh, err := relay.NewShards(ctx, c.relayConfig(specs, kafkaOpts, m, tracer), g, m, log)
+	rcfg := c.relayConfig(specs, kafkaOpts, m, tracer)
+	var shardMetrics *metrics.Shards
+	if c.Shards > 1 {
+		shardMetrics = m.Shards(reg)
+		rcfg.ShardObserver = func(slot string) relay.Observer { return shardMetrics.Shard(slot) }
+	}
+	sh, err := relay.NewShards(ctx, rcfg, g, m, log)
 	if err != nil {
 		return err
+	}
+	if shardMetrics != nil {
+		for _, r := range sh.Relays() {
+			p := r.Parts()
+			shardMetrics.Lag(r.Slot(), func() float64 { return max(0, float64(p.Stream.Received())-float64(p.Checkpoint.Confirmed())) })
+		}
 	}
 	for _, r := range sh.Relays() {
 		logPrepared(log, r.Slot(), r.Prepared())

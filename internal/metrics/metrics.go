@@ -42,6 +42,13 @@
 //	cdc_outbox_outbox_last_event_timestamp_seconds{outbox} gauge   commit time of its last acknowledged event; 0 before the first
 //	cdc_outbox_outboxes_unpublished                      gauge     tables matching an outbox pattern that the publication does not publish wholly
 //
+// Per shard, when a stream is split over several slots (Shards; the slot
+// metrics above are then the worst shard's):
+//
+//	cdc_outbox_shard_slot_retained_wal_bytes{slot}  gauge  the shard's slot's retained WAL
+//	cdc_outbox_shard_slot_active{slot}              gauge  1 while a process streams from the shard's slot
+//	cdc_outbox_shard_replication_lag_bytes{slot}    gauge  the shard's received minus confirmed LSN
+//
 // Exactly-once delivery (zero in at-least-once):
 //
 //	cdc_outbox_kafka_transactions_total{outcome}     counter   Kafka transactions: committed or aborted

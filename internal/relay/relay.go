@@ -82,6 +82,9 @@ type Config struct {
 	// 0 or 1: one slot. Shard is the one a Relay streams, set by NewShards.
 	Shards int
 	Shard  shard.Shard
+	// ShardObserver is the observer of the relay of the shard streaming
+	// slot (NewShards); nil: each is told what its obs is.
+	ShardObserver func(slot string) Observer
 	// ShardKafkaOpts replace Kafka.Opts for the producers of the shards
 	// after the first: without the hooks that register a client's
 	// metrics, which a registry takes once.

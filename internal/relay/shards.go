@@ -48,7 +48,11 @@ func NewShards(ctx context.Context, cfg Config, g Group, obs Observer, log *slog
 		if sh.Index > 0 {
 			c.Kafka.Opts = cfg.ShardKafkaOpts
 		}
-		r, err := New(ctx, c, g, obs, log.With("shard", sh.String()))
+		o := obs
+		if cfg.ShardObserver != nil {
+			o = cfg.ShardObserver(sh.Name(cfg.Slot))
+		}
+		r, err := New(ctx, c, g, o, log.With("shard", sh.String()))
 		if err != nil {
 			return nil, fmt.Errorf("shard %s: %w", sh, err)
 		}
