@@ -45,6 +45,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		runtime.GOMAXPROCS(c.CPUs)
 	}
 	log := newLogger(stderr, c.LogFormat, c.LogLevel)
+	if c.Shards > 1 && c.CPUs > 0 && c.CPUs < c.Shards {
+		log.Warn(fmt.Sprintf("--shards %d with --cpus %d: the shards share %d core(s) of this process; give --cpus %d (or 0) for each to have one (docs/sharding.md)",
+			c.Shards, c.CPUs, c.CPUs, c.Shards))
+	}
 	ctx, stop := signalContext(log)
 	defer stop()
 	if err := run(ctx, &c, kafkaOpts, log); err != nil {
