@@ -21,7 +21,7 @@ in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 # time (3 minutes on 2 cores without the race detector).
 CHART_TESTS := deploy/helm/charttest
 
-.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes jaeger simulate
+.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes bench-shards jaeger simulate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -125,6 +125,12 @@ bench:
 # retained). Writes bench/results/outboxes.md; ~3 minutes.
 bench-outboxes:
 	scripts/with-servers.sh $(GO) run ./bench -outboxes 20 -outboxes-rate 2000 -outboxes-duration 30s
+
+# The cost of shards: one backlog of 300,000 single-row transactions drained
+# by --shards 1, 2 and 4 (walsender CPU per shard, the streamer's CPU per
+# event); writes bench/results/shards.md (docs/performance.md, Shards).
+bench-shards:
+	scripts/with-servers.sh $(GO) run ./bench -shards 1,2,4 -shards-events 300000 -shards-cpus 1
 
 # cdc-outbox and Debezium Server side by side on the local servers: the same
 # backlog and the same steady load, each alone. Fetches Debezium Server

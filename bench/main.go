@@ -68,6 +68,12 @@ type options struct {
 	outboxRate int
 	outboxFor  time.Duration
 
+	// The cost of shards instead of the phases above (shards.go): one
+	// backlog of shardEvents drained with each count of shards.
+	shards      []int
+	shardEvents int
+	shardCPUs   int // --cpus of each run; 0: K
+
 	// The comparison with Debezium Server instead of the phases above.
 	debezium     bool
 	debeziumHome string // the unpacked distribution
@@ -100,6 +106,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.outboxes, "outboxes", 0, "measure the cost of this many outbox tables instead (one process over one slot, one process per table, one table alone; writes outboxes.md); 0: the usual phases")
 	fs.IntVar(&o.outboxRate, "outboxes-rate", 2000, "with -outboxes: events/s in total, spread evenly over the tables")
 	fs.DurationVar(&o.outboxFor, "outboxes-duration", 30*time.Second, "with -outboxes: the measured window of each way")
+	shardCounts := fs.String("shards", "", "measure shards instead: the counts, comma-separated, beginning with 1 (e.g. 1,2,4); one backlog drained by --shards K for each, "+
+		"walsender CPU per shard from /proc and the streamer's CPU per event (writes shards.md)")
+	fs.IntVar(&o.shardEvents, "shards-events", 300000, "with -shards: single-row transactions in the backlog")
+	fs.IntVar(&o.shardCPUs, "shards-cpus", 0, "with -shards: the streamer's --cpus in every run; 0: the count of shards")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -123,6 +133,19 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.outboxes < 0 || o.outboxRate <= 0 || o.outboxFor <= 0 {
 		return o, errors.New("-outboxes must not be negative, -outboxes-rate and -outboxes-duration must be positive")
+	}
+	for _, c := range strings.Split(*shardCounts, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 || n > 16 || len(o.shards) == 0 && n != 1 {
+			return o, fmt.Errorf("-shards: %q: give counts from 1 to 16, beginning with 1", c)
+		}
+		o.shards = append(o.shards, n)
+	}
+	if o.shardEvents <= 0 || o.shardCPUs < 0 {
+		return o, errors.New("-shards-events must be positive, -shards-cpus not negative")
 	}
 	if o.dbzEvents <= 0 || o.dbzRate <= 0 || o.dbzSteady <= 0 {
 		return o, errors.New("-debezium-events, -debezium-rate and -debezium-steady must be positive")
@@ -228,6 +251,11 @@ func run(ctx context.Context, o options) int {
 		progress("PostgreSQL %s, Kafka %s, Debezium Server %s (%s), %d cores; database %s",
 			res.info.pgVersion, res.info.kafkaVersion, res.version, res.java, res.info.cores, b.dbName)
 		return runDebeziumCompare(ctx, o, b, res)
+	}
+	if len(o.shards) > 0 {
+		info := b.info(ctx, o)
+		progress("PostgreSQL %s, Kafka %s, %d cores; database %s; shards %v", info.pgVersion, info.kafkaVersion, info.cores, b.dbName, o.shards)
+		return runShards(ctx, o, b, info)
 	}
 	if o.outboxes > 0 {
 		info := b.info(ctx, o)

@@ -46,8 +46,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, c.LogFormat, c.LogLevel)
 	if c.Shards > 1 && c.CPUs > 0 && c.CPUs < c.Shards {
-		log.Warn(fmt.Sprintf("--shards %d with --cpus %d: the shards share %d core(s) of this process; give --cpus %d (or 0) for each to have one (docs/sharding.md)",
-			c.Shards, c.CPUs, c.CPUs, c.Shards))
+		log.Info(fmt.Sprintf("--shards %d with --cpus %d: the shards share %d core(s) of this process; where %d cores are free for it, --cpus %d (or 0) gives each shard one (docs/sharding.md)",
+			c.Shards, c.CPUs, c.CPUs, c.Shards, c.Shards))
 	}
 	ctx, stop := signalContext(log)
 	defer stop()
