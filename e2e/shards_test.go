@@ -370,3 +370,39 @@ func TestShardsChangeCount(t *testing.T) {
 	wl.check([]string{"payment"}, "across a change from 2 to 4 shards")
 	s.stop()
 }
+
+// TestShardsFailover fails a PostgreSQL 17 primary over to its standby
+// while writers commit to an outbox of 4 shards: each shard's failover
+// slot is synchronized to the standby first, the old primary stopped, the
+// standby promoted. Every shard goes on from its synchronized slot on the
+// new primary, the holder takes its lock there, and every event arrives.
+func TestShardsFailover(t *testing.T) {
+	ha := newHAPair(t, 17, false)
+	e := newEnvAt(t, ha.writers)
+	e.runURL = ha.streamer
+	st := e.start("--shards", fmt.Sprint(shards), "--slot-poll-interval", "1s")
+	e.waitShardsStreaming(shards)
+	wl := newWorkload(e)
+	w := startWriters(wl)
+	w.waitMore(300)
+	for _, slot := range e.shardSlots(shards) {
+		testenv.WaitSlotSynced(t, ha.standby.URL, slot, slotConfirmed(t, ha.primary.URL, slot))
+	}
+	ha.primary.Control("stop")
+	ha.standby.Control("promote")
+	e.waitShardsStreaming(shards) // the pool now reaches the new primary
+	w.waitMore(300)
+	w.stop()
+	wl.expectTable()
+	wl.check([]string{"payment"}, fmt.Sprintf("after failing over PostgreSQL 17 under %d shards", shards))
+	if st.cmd.ProcessState != nil {
+		t.Fatal("the streamer exited during the failover")
+	}
+	if log := st.logText(); !strings.Contains(log, "holds the lock of the stream's shards again") {
+		t.Error("the holder did not take its lock again on the new primary")
+	}
+	if n := metricValue(t, st, "cdc_outbox_history_epoch"); n != 0 {
+		t.Errorf("cdc_outbox_history_epoch = %v after a failover that lost nothing, want 0", n)
+	}
+	st.stop()
+}
