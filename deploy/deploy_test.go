@@ -83,6 +83,10 @@ var contract = map[string][]string{
 	"cdc_outbox_status_updates_total":       nil,
 	"cdc_outbox_ready":                      nil,
 	"cdc_outbox_build_info":                 {"version", "revision", "goversion"},
+	// A stream split over several slots (--shards), per shard's slot.
+	"cdc_outbox_shard_slot_retained_wal_bytes": {"slot"},
+	"cdc_outbox_shard_slot_active":             {"slot"},
+	"cdc_outbox_shard_replication_lag_bytes":   {"slot"},
 }
 
 var histograms = map[string]bool{"cdc_outbox_end_to_end_latency_seconds": true, "cdc_outbox_receive_latency_seconds": true}
