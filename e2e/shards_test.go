@@ -406,3 +406,61 @@ func TestShardsFailover(t *testing.T) {
 	}
 	st.stop()
 }
+
+// TestShardsPatternNewTenant: an outbox pattern split in 2 shards, run as
+// a superuser, which installs the membership trigger and registers the
+// pattern with each shard's row filter: a tenant created under load (its
+// first rows in its creating transaction) joins both shards' publications
+// with their filters, and every event arrives once, per-aggregate order
+// intact. A tenant whose aggregate id is a uuid cannot join (a warning to
+// its session): its creation still succeeds.
+func TestShardsPatternNewTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	needsRowFilters(t, e)
+	testenv.Exec(t, e.url, `DROP TABLE public.outbox`)
+	ts := newTenants(e)
+	tables := ts.create("st_", 2)
+	s := e.start(e.manyArgs("st_*.outbox", "--shards", "2", "--slot-poll-interval", "1s")...)
+	e.waitShardsStreaming(2)
+	ctx := testenv.Context(t)
+	wait := ts.writeAll(ctx, tables, 300, 5)
+
+	const newTable = "st_new.outbox"
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE SCHEMA st_new; `+tenantOutbox(newTable)); err != nil {
+		t.Fatal(err)
+	}
+	var first []tenantEvent
+	for i := range 10 {
+		var id int64
+		agg := fmt.Sprintf("%s-a%d", newTable, i%3)
+		if err := tx.QueryRow(ctx, `INSERT INTO `+newTable+` (aggregate_type, aggregate_id, event_type, payload) VALUES ('payment', $1, 'PaymentCreated', $2) RETURNING id`,
+			agg, fmt.Sprintf(`{"seq": %d}`, i/3+1)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, tenantEvent{table: newTable, id: fmt.Sprint(id), aggregate: agg, seq: i/3 + 1})
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts.mu.Lock()
+	ts.events = append(ts.events, first...)
+	ts.mu.Unlock()
+	testenv.Exec(t, e.url, `CREATE SCHEMA st_uuid; CREATE TABLE st_uuid.outbox (id bigserial PRIMARY KEY, aggregate_type text NOT NULL, aggregate_id uuid NOT NULL,
+		event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb, created_at timestamptz NOT NULL DEFAULT now())`)
+	wait()
+	v := ts.verify(e.topic("payment"), ts.sources(append(tables, newTable)), 3*time.Minute)
+	t.Logf("verifier, a pattern in 2 shards with a tenant created under load: %s", v)
+	if v.missing != 0 || v.duplicates != 0 || v.orderViolations != 0 || v.unknown != 0 || v.tables != 3 {
+		t.Fatalf("verifier: %s; missing: %v", v, v.missingIDs)
+	}
+	var filtered int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE schemaname = 'st_new' AND rowfilter LIKE '%hashtext(aggregate_id)%'`).Scan(&filtered); err != nil || filtered != 2 {
+		t.Fatalf("the new tenant is in %d shards' publications with a filter (%v), want 2", filtered, err)
+	}
+	s.stop()
+}

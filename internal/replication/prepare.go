@@ -103,7 +103,7 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 	if err != nil {
 		return Prepared{}, err
 	}
-	if err := checkShardColumns(ctx, conn, s, found); err != nil {
+	if found, err = checkShardColumns(ctx, conn, s, found, log); err != nil {
 		return Prepared{}, err
 	}
 	if err := preparePublication(ctx, conn, s, found, log); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -77,29 +78,42 @@ func otherCounts(base string, names []string, want int) []string {
 // checkShardColumns checks that every outbox table of a shard has its
 // aggregate id column, of type text or varchar: hashtext takes text, and a
 // row filter allows no cast (uuid::text is refused), so another type
-// cannot be split.
-func checkShardColumns(ctx context.Context, conn *pgx.Conn, s Setup, found []OutboxTable) error {
+// cannot be split. A named table that does not fit stops the start; one a
+// pattern matches is left out, with a warning (one tenant's table is no
+// reason to stop the others'). It returns the tables that fit.
+func checkShardColumns(ctx context.Context, conn *pgx.Conn, s Setup, found []OutboxTable, log *slog.Logger) ([]OutboxTable, error) {
 	if !s.Shard.Split() {
-		return nil
+		return found, nil
 	}
+	var fit []OutboxTable
 	for _, t := range found {
 		column := s.AggregateIDs[t.Entry]
 		var typ string
 		var text bool
 		err := conn.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod), atttypid IN ('text'::regtype, 'varchar'::regtype)
 			FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND attnum > 0 AND NOT attisdropped`, t.OID, column).Scan(&typ, &text)
+		var unfit error
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return &Error{Err: ErrShardColumn, Table: t.Name, Publication: s.Publication,
+			unfit = &Error{Err: ErrShardColumn, Table: t.Name, Publication: s.Publication,
 				msg: fmt.Sprintf("outbox table %s has no column %q, the aggregate id its shards are split by", t.Name, column)}
 		case err != nil:
-			return fmt.Errorf("read the aggregate id column %s of %s: %w", column, t.Name, err)
+			return nil, fmt.Errorf("read the aggregate id column %s of %s: %w", column, t.Name, err)
 		case !text:
-			return &Error{Err: ErrShardColumn, Table: t.Name, Publication: s.Publication,
+			unfit = &Error{Err: ErrShardColumn, Table: t.Name, Publication: s.Publication,
 				msg: fmt.Sprintf("the aggregate id column %q of %s is %s: shards split by hashtext(%s) in a row filter, which takes text or varchar and no cast", column, t.Name, typ, pgname.Quote(column))}
 		}
+		switch {
+		case unfit == nil:
+			fit = append(fit, t)
+		case s.Outboxes[t.Entry].IsGlob():
+			log.Warn("a table matching an outbox pattern cannot be split in shards, and is not streamed", "problem", unfit.Error(),
+				"table", t.Name.String(), "pattern", s.Outboxes[t.Entry].String(), "publication", s.Publication)
+		default:
+			return nil, unfit
+		}
 	}
-	return nil
+	return fit, nil
 }
 
 // checkFilters checks that a shard's publication publishes each outbox
