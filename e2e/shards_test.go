@@ -271,6 +271,16 @@ func TestShardsRefused(t *testing.T) {
 	if err := e.pool.QueryRow(testenv.Context(t), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%'`, e.slot).Scan(&n); err != nil || n != shards {
 		t.Fatalf("%d slots of the stream after the refusals (%v), want the %d shards' only", n, err, shards)
 	}
+	// An aggregate id that hashtext cannot take in a row filter.
+	testenv.Exec(t, e.url, `CREATE TABLE uuid_outbox (id bigserial PRIMARY KEY, aggregate_type text NOT NULL, aggregate_id uuid NOT NULL,
+		event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb, created_at timestamptz NOT NULL DEFAULT now())`)
+	u := e.start("--shards", "2", "--table", "uuid_outbox", "--slot", e.slot+"_uuid", "--publication", "uuid_outbox")
+	if err := u.exited(time.Minute); err == nil {
+		t.Fatal("--shards 2 started on an outbox whose aggregate id is a uuid")
+	}
+	if line := stoppedWith(u); !strings.Contains(line, `the aggregate id column \"aggregate_id\" of public.uuid_outbox is uuid`) || !strings.Contains(line, "--column-aggregate-id") {
+		t.Fatalf("refusal of a uuid aggregate id: %s", line)
+	}
 }
 
 // TestShardsStandby: a second instance of a stream of 4 shards waits for

@@ -89,6 +89,7 @@ func TestAdvice(t *testing.T) {
 				"consumers skip the repeats by event id. See High availability in docs/operating.md"},
 		{"another cluster", &replication.Error{Err: replication.ErrOtherCluster}, "; check --postgres-url"},
 		{"shards on PostgreSQL 14", &replication.Error{Err: replication.ErrShardsVersion}, ": run with --shards 1 (one slot) on this server, or upgrade it"},
+		{"a server that hashes otherwise", &replication.Error{Err: replication.ErrShardsHash}, ": run with --shards 1 (one slot) on this server"},
 		{"another number of shards", &replication.Error{Err: replication.ErrShardCount},
 			": start with the --shards those were made with, or change the number of shards as docs/sharding.md says " +
 				"(create the new shards' publications and slots while the old ones stream, stop, then drop the old ones); " +
@@ -96,7 +97,7 @@ func TestAdvice(t *testing.T) {
 		{"a shard's publication without its filter", &replication.Error{Err: replication.ErrShardFilter},
 			": drop that publication and its shard's slot only after the procedure of docs/sharding.md, or give the shards another --publication and --slot"},
 		{"aggregate id not text", &replication.Error{Err: replication.ErrShardColumn},
-			": point --column-aggregate-id at a text or varchar column, or leave --shards at 1"},
+			": point --column-aggregate-id at a text or varchar column of a deterministic collation, or leave --shards at 1"},
 		{"shards taken by another process", &replication.Error{Err: replication.ErrHolderTaken},
 			"; this process stopped all its shards, and a restart waits as a standby"},
 		{"failover past the fork", &replication.ForkError{From: "a:5432", FromTimeline: 1, To: "b:5432", ToTimeline: 2, Fork: 0x3000060, Confirmed: 0x3000000, Newest: 0x3100000},

@@ -75,6 +75,11 @@ var (
 	// older than PostgreSQL 15, which has no row filters.
 	ErrShardsVersion = errors.New("shards need row filters, PostgreSQL 15 or newer")
 
+	// ErrShardsHash means the server's hashtext gives other values than
+	// the streamer's (a big-endian server): the shards' messages would not
+	// follow their aggregates' rows.
+	ErrShardsHash = errors.New("the server's hashtext differs from the streamer's")
+
 	// ErrShardCount means the server holds the slots or publications of
 	// the stream split in another number of shards (or not split) than
 	// asked: each holds a position of its own, and starting anew beside

@@ -32,6 +32,11 @@ func checkShards(ctx context.Context, conn *pgx.Conn, s Setup) error {
 				msg: fmt.Sprintf("the stream is split in %d shards, which needs row filters (PostgreSQL 15 or newer); the server is PostgreSQL %s", s.Shard.Count, version)}
 		}
 	}
+	if s.Shard.Split() {
+		if err := checkHash(ctx, conn); err != nil {
+			return err
+		}
+	}
 	slot := s.StreamSlot
 	if slot == "" {
 		slot = s.Slot
@@ -50,6 +55,28 @@ func checkShards(ctx context.Context, conn *pgx.Conn, s Setup) error {
 		}
 		return &Error{Err: ErrShardCount, Slot: s.Slot,
 			msg: fmt.Sprintf("the stream is asked to be %s, and the server holds replication slots of it split otherwise: %s", asked, describeNames(other))}
+	}
+	return nil
+}
+
+// hashProbes are texts whose hashtext the server computes at start, to
+// compare with shard.Hash: lengths that end lookup3's blocks in each way,
+// and a multibyte one.
+var hashProbes = []string{"", "a", "order-42", "cdc-outbox shards", "0123456789ab", "0123456789abcdef0123", "aggregate é 😀 漢字"}
+
+// checkHash refuses shards on a server whose hashtext is not shard.Hash:
+// the row filters would put an aggregate's rows in one shard and its
+// messages, kept by shard.Hash, in another.
+func checkHash(ctx context.Context, conn *pgx.Conn) error {
+	var server []int32
+	if err := conn.QueryRow(ctx, `SELECT array_agg(hashtext(p) ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY AS u(p, i)`, hashProbes).Scan(&server); err != nil {
+		return fmt.Errorf("read the server's hashtext: %w", err)
+	}
+	for i, p := range hashProbes {
+		if i >= len(server) || server[i] != int32(shard.Hash(p)) {
+			return &Error{Err: ErrShardsHash,
+				msg: fmt.Sprintf("the server's hashtext(%q) is not the streamer's %d (a big-endian server?): shards need the server to hash as the streamer does", p, int32(shard.Hash(p)))}
+		}
 	}
 	return nil
 }
@@ -89,9 +116,10 @@ func checkShardColumns(ctx context.Context, conn *pgx.Conn, s Setup, found []Out
 	for _, t := range found {
 		column := s.AggregateIDs[t.Entry]
 		var typ string
-		var text bool
-		err := conn.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod), atttypid IN ('text'::regtype, 'varchar'::regtype)
-			FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND attnum > 0 AND NOT attisdropped`, t.OID, column).Scan(&typ, &text)
+		var text, deterministic bool
+		err := conn.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod), atttypid IN ('text'::regtype, 'varchar'::regtype),
+			coalesce((SELECT collisdeterministic FROM pg_collation WHERE oid = attcollation), true)
+			FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND attnum > 0 AND NOT attisdropped`, t.OID, column).Scan(&typ, &text, &deterministic)
 		var unfit error
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -102,6 +130,11 @@ func checkShardColumns(ctx context.Context, conn *pgx.Conn, s Setup, found []Out
 		case !text:
 			unfit = &Error{Err: ErrShardColumn, Table: t.Name, Publication: s.Publication,
 				msg: fmt.Sprintf("the aggregate id column %q of %s is %s: shards split by hashtext(%s) in a row filter, which takes text or varchar and no cast", column, t.Name, typ, pgname.Quote(column))}
+		case !deterministic:
+			// hashtext of a nondeterministic collation hashes ICU's sort
+			// key, not the bytes the streamer hashes.
+			unfit = &Error{Err: ErrShardColumn, Table: t.Name, Publication: s.Publication,
+				msg: fmt.Sprintf("the aggregate id column %q of %s has a nondeterministic collation, whose hashtext the streamer cannot compute", column, t.Name)}
 		}
 		switch {
 		case unfit == nil:

@@ -5,10 +5,10 @@ import "math/bits"
 // Hash is PostgreSQL's hashtext(s) for a text of a deterministic collation
 // (the default): hash_bytes, Bob Jenkins' lookup3, over the text's bytes,
 // as src/common/hashfn.c computes it on a little-endian server (x86-64,
-// arm64: every platform PostgreSQL ships packages for). A big-endian
-// server computes other values; Check at start compares this with the
-// server's own hashtext, so a difference stops the stream rather than
-// splitting messages and rows of one aggregate over two shards.
+// arm64). A big-endian server (s390x) computes other values: a stream's
+// start compares this with the server's own hashtext, and refuses shards
+// on a difference rather than split the messages and rows of one aggregate
+// over two shards.
 func Hash(s string) uint32 {
 	n := len(s)
 	a := 0x9e3779b9 + uint32(n) + 3923095
