@@ -59,7 +59,7 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
 	f.String(&c.Table, "table", contract.DefaultTable, runTableHelp)
-	f.Int(&c.Shards, "shards", 1, "the `slots` the outbox is split over (run's --shards): each shard's slot is read, and the report is the worst shard's, with every shard listed")
+	f.Int(&c.Shards, "shards", 1, "the `count` of slots the outbox is split over (run's --shards): each shard's slot is read, and the report is the worst shard's, with every shard listed")
 	f.String(&c.MetricsURL, "metrics-url", "", "`url` of the running streamer's /metrics (its --http-addr), read for each outbox table's events streamed and last event; empty: not read")
 	deliveryFlags(f, &c.kafka)
 	f.String(&c.kafka.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated, to read the stream's history epochs (from --checkpoint-topic) "+
