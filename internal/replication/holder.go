@@ -41,6 +41,9 @@ func NewHolder(url, slot string, interval time.Duration, log *slog.Logger) *Hold
 // waits for it (a standby).
 func (h *Holder) Waiting() bool { return h.waiting.Load() }
 
+// pingTimeout bounds the check that the lock's connection is alive.
+const pingTimeout = 10 * time.Second
+
 // lock is the advisory lock's two keys: per database, per stream.
 const lock = `pg_try_advisory_lock(hashtext('cdc-outbox shards'), hashtext($1))`
 
@@ -109,7 +112,12 @@ func (h *Holder) Hold(ctx context.Context) error {
 		case <-time.After(h.interval):
 		}
 		if h.conn != nil {
-			if err := h.conn.Ping(ctx); err == nil {
+			// Bounded: a connection whose peer went silent (a network
+			// cut) answers nothing, and is as lost as a broken one.
+			pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
+			err := h.conn.Ping(pingCtx)
+			cancel()
+			if err == nil {
 				continue
 			}
 			if ctx.Err() != nil {
