@@ -21,7 +21,7 @@ in_libs = for m in $(LIB_MODULES); do (cd $$m && $(GO) $(1)) || exit 1; done
 # time (3 minutes on 2 cores without the race detector).
 CHART_TESTS := deploy/helm/charttest
 
-.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes bench-formats jaeger simulate
+.PHONY: build demo test test-pg test-stress test-unit test-chart lint fuzz clean bench bench-debezium bench-messages bench-outboxes bench-formats bench-shards jaeger simulate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cdc-outbox
@@ -45,7 +45,7 @@ PG_MATRIX  ?= 14 16 17 18
 # versions differ in. (The failover tests are not among them: they start a
 # primary and a standby of their own, of the majors they need, 16 to 18,
 # in the full suite.)
-CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge|ManyOutboxes)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused|TestExactlyOnceEndToEnd|TestExactlyOnceSkipsWhatKafkaHolds|TestExactlyOnceZombieFenced|TestExactlyOnceHotStandby|TestExactlyOnceStopsCleanlyUnderLoad|TestTakeoverNeverMovesTheSlotBack|TestExactlyOnceTwoClustersDefaultNames|TestExactlyOnceSlowCheckpointRead|TestExactlyOnceFormerDefaultKey|TestRepublishResumesTimestampWithoutZone|TestExactlyOnceRestoredBaseBackup|TestMessagesInterleavedWithRows|TestMessageIsTheRowsRecord|TestMessagesRolledBackPublishNothing|TestMessageBadEvents|TestMessagesSIGKILLCycles|TestExactlyOnceMessages|TestOtherPrefixesDoNotHoldTheSlot|TestManyOutboxesOneSlot|TestOutboxesFromConfigFile|TestNewTenantJoinsUnderLoad|TestNewTableGapDetected|TestOutboxDroppedMidStream|TestManyOutboxesBadRow|TestExactlyOnceManyOutboxes|TestMembershipTriggerFollowsRenames|TestRestoredUnderTheStream|TestStandbyReadsTheLineageAtTakeover|TestPatternMembershipInstalledAtStart|TestPatternTemporaryAndUnloggedTables|TestPatternMembershipCommandForNonSuperuser)$$
+CORE_TESTS ?= ^(TestEndToEnd|TestCrashLosesNothing|TestSIGKILLCycles|TestReconnectsAfterPostgresRestart|TestPostgresCrashUnderLoad|TestBadInput.*|TestBadEvent.*|TestTableAlteredMidStream|TestRequiredColumnRenamed|TestPublicationDropped|TestHotStandby|TestIdleOutboxReleasesWAL|TestSlotDroppedWhileRunning|TestDroppedSlotIsNotRecreatedSilently|TestWALLost.*|TestSlotInvalidated.*|TestStatus(InactiveSlot|ActiveSlot|MissingSlot|Judge|ManyOutboxes)|TestLeastPrivilegeRole|TestTLSAndSCRAM|TestPartitionedOutbox|TestPartitionDroppedBeforeStreamed|TestPublicationMissesPartition|TestOutboxRenamedMidStream|TestUnmappedRelationInPublication|TestQuotedTableName|TestStatusPartitionedOutbox|TestTwoOutboxesOneGroup|TestSlotCreationBlocked|TestMemoryBoundedWhileKafkaPaused|TestExactlyOnceEndToEnd|TestExactlyOnceSkipsWhatKafkaHolds|TestExactlyOnceZombieFenced|TestExactlyOnceHotStandby|TestExactlyOnceStopsCleanlyUnderLoad|TestTakeoverNeverMovesTheSlotBack|TestExactlyOnceTwoClustersDefaultNames|TestExactlyOnceSlowCheckpointRead|TestExactlyOnceFormerDefaultKey|TestRepublishResumesTimestampWithoutZone|TestExactlyOnceRestoredBaseBackup|TestMessagesInterleavedWithRows|TestMessageIsTheRowsRecord|TestMessagesRolledBackPublishNothing|TestMessageBadEvents|TestMessagesSIGKILLCycles|TestExactlyOnceMessages|TestOtherPrefixesDoNotHoldTheSlot|TestManyOutboxesOneSlot|TestOutboxesFromConfigFile|TestNewTenantJoinsUnderLoad|TestNewTableGapDetected|TestOutboxDroppedMidStream|TestManyOutboxesBadRow|TestExactlyOnceManyOutboxes|TestMembershipTriggerFollowsRenames|TestRestoredUnderTheStream|TestStandbyReadsTheLineageAtTakeover|TestPatternMembershipInstalledAtStart|TestPatternTemporaryAndUnloggedTables|TestPatternMembershipCommandForNonSuperuser|TestShardsRefused|TestShardsPublishMessagesOnce|TestShardsStandby|TestShardsSIGKILLCycles|TestShardsPostgresRestart|TestShardsChangeCount|TestShardsPatternNewTenant)$$
 
 # Every test but the end-to-end ones, then those, verbosely.
 # -p 1: fault tests stop the shared servers, so packages take turns. The
@@ -130,6 +130,12 @@ bench-outboxes:
 # Apicurio Registry (bench/results/formats.md).
 bench-formats:
 	scripts/with-servers.sh $(GO) run ./bench -value-formats avro,protobuf,json-schema
+
+# The cost of shards: one backlog of 300,000 single-row transactions drained
+# by --shards 1, 2 and 4 (walsender CPU per shard, the streamer's CPU per
+# event); writes bench/results/shards.md (docs/performance.md, Shards).
+bench-shards:
+	scripts/with-servers.sh $(GO) run ./bench -shards 1,2,4 -shards-events 300000 -shards-cpus 1
 
 # cdc-outbox and Debezium Server side by side on the local servers: the same
 # backlog and the same steady load, each alone. Fetches Debezium Server

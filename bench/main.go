@@ -78,6 +78,11 @@ type options struct {
 	formatEvents int
 	formatRate   int
 	formatSteady time.Duration
+	// The cost of shards instead of the phases above (shards.go): one
+	// backlog of shardEvents drained with each count of shards.
+	shards      []int
+	shardEvents int
+	shardCPUs   int // --cpus of each run; 0: K
 
 	// The comparison with Debezium Server instead of the phases above.
 	debezium     bool
@@ -116,6 +121,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.formatEvents, "formats-events", 1000000, "with -value-formats: events in the backlog")
 	fs.IntVar(&o.formatRate, "formats-rate", 1000, "with -value-formats: the steady load's events/s")
 	fs.DurationVar(&o.formatSteady, "formats-steady", 30*time.Second, "with -value-formats: the steady load's measured window per format (0 skips it)")
+	shardCounts := fs.String("shards", "", "measure shards instead: the counts, comma-separated, beginning with 1 (e.g. 1,2,4); one backlog drained by --shards K for each, "+
+		"walsender CPU per shard from /proc and the streamer's CPU per event (writes shards.md)")
+	fs.IntVar(&o.shardEvents, "shards-events", 300000, "with -shards: single-row transactions in the backlog")
+	fs.IntVar(&o.shardCPUs, "shards-cpus", 0, "with -shards: the streamer's --cpus in every run; 0: the count of shards")
 	extra := fs.String("streamer-flags", "", "extra flags for every streamer run, space-separated (e.g. \"--kafka-compression=lz4 --kafka-linger=10ms\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -151,6 +160,19 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.outboxes < 0 || o.outboxRate <= 0 || o.outboxFor <= 0 {
 		return o, errors.New("-outboxes must not be negative, -outboxes-rate and -outboxes-duration must be positive")
+	}
+	for _, c := range strings.Split(*shardCounts, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 || n > 16 || len(o.shards) == 0 && n != 1 {
+			return o, fmt.Errorf("-shards: %q: give counts from 1 to 16, beginning with 1", c)
+		}
+		o.shards = append(o.shards, n)
+	}
+	if o.shardEvents <= 0 || o.shardCPUs < 0 {
+		return o, errors.New("-shards-events must be positive, -shards-cpus not negative")
 	}
 	if o.dbzEvents <= 0 || o.dbzRate <= 0 || o.dbzSteady <= 0 {
 		return o, errors.New("-debezium-events, -debezium-rate and -debezium-steady must be positive")
@@ -261,6 +283,11 @@ func run(ctx context.Context, o options) int {
 		info := b.info(ctx, o)
 		progress("PostgreSQL %s, Kafka %s, %d cores; database %s; value formats %s", info.pgVersion, info.kafkaVersion, info.cores, b.dbName, strings.Join(o.formats, ", "))
 		return runFormats(ctx, o, b, root, info)
+	}
+	if len(o.shards) > 0 {
+		info := b.info(ctx, o)
+		progress("PostgreSQL %s, Kafka %s, %d cores; database %s; shards %v", info.pgVersion, info.kafkaVersion, info.cores, b.dbName, o.shards)
+		return runShards(ctx, o, b, info)
 	}
 	if o.outboxes > 0 {
 		info := b.info(ctx, o)

@@ -89,6 +89,10 @@ var contract = map[string][]string{
 	"cdc_outbox_schema_encode_failures_total":    {"outbox", "reason"},
 	"cdc_outbox_schema_registry_waiting":         nil,
 	"cdc_outbox_schema_info":                     {"outbox", "registry", "subject", "schema_id", "version"},
+	// A stream split over several slots (--shards), per shard's slot.
+	"cdc_outbox_shard_slot_retained_wal_bytes": {"slot"},
+	"cdc_outbox_shard_slot_active":             {"slot"},
+	"cdc_outbox_shard_replication_lag_bytes":   {"slot"},
 }
 
 var histograms = map[string]bool{"cdc_outbox_end_to_end_latency_seconds": true, "cdc_outbox_receive_latency_seconds": true,

@@ -18,6 +18,12 @@
 -- part is a name as the catalog stores it (unquoted names in lower case),
 -- in which * stands for any run of characters, as in cdc-outbox's --table.
 -- Register every pattern cdc-outbox streams; cdc_outbox.unwatch removes one.
+-- cdc_outbox.watch(publication, schema, table, row_filter) registers a
+-- pattern whose tables join the publication with that row filter: a
+-- shard's (cdc-outbox run --shards, docs/sharding.md), one registration per
+-- shard's publication. A table the filter does not fit (its aggregate id
+-- column missing, or not text or varchar) does not join: a WARNING to the
+-- session that made it, the DDL succeeds.
 --
 -- What joins: a table created (CREATE TABLE, CREATE TABLE ... AS,
 -- SELECT INTO, CREATE SCHEMA ... CREATE TABLE), renamed or moved
@@ -53,6 +59,9 @@ CREATE TABLE IF NOT EXISTS cdc_outbox.membership (
     table_pattern  text NOT NULL,
     PRIMARY KEY (publication, schema_pattern, table_pattern)
 );
+-- The row filter a matching table joins with ('' none); a table of an
+-- earlier version of this file gets it.
+ALTER TABLE cdc_outbox.membership ADD COLUMN IF NOT EXISTS row_filter text NOT NULL DEFAULT '';
 
 -- like is a pattern with * as a LIKE pattern: every other character literal.
 CREATE OR REPLACE FUNCTION cdc_outbox.like(pattern text) RETURNS text
@@ -63,6 +72,13 @@ CREATE OR REPLACE FUNCTION cdc_outbox.watch(publication name, schema_pattern tex
     LANGUAGE sql
     BEGIN ATOMIC
         INSERT INTO cdc_outbox.membership VALUES (publication, schema_pattern, table_pattern) ON CONFLICT DO NOTHING;
+    END;
+
+CREATE OR REPLACE FUNCTION cdc_outbox.watch(publication name, schema_pattern text, table_pattern text, row_filter text) RETURNS void
+    LANGUAGE sql
+    BEGIN ATOMIC
+        INSERT INTO cdc_outbox.membership VALUES (publication, schema_pattern, table_pattern, row_filter)
+        ON CONFLICT (publication, schema_pattern, table_pattern) DO UPDATE SET row_filter = EXCLUDED.row_filter;
     END;
 
 CREATE OR REPLACE FUNCTION cdc_outbox.unwatch(publication name, schema_pattern text, table_pattern text) RETURNS void
@@ -100,7 +116,7 @@ BEGIN
             SELECT c.oid, false FROM pg_event_trigger_ddl_commands() d JOIN pg_class c ON c.relnamespace = d.objid
             WHERE d.classid = 'pg_namespace'::regclass
         )
-        SELECT DISTINCT m.publication, n.nspname, c.relname, c.oid, c.relpersistence, bool_or(tc.filled) OVER (PARTITION BY c.oid) AS filled
+        SELECT DISTINCT m.publication, n.nspname, c.relname, c.oid, c.relpersistence, m.row_filter, bool_or(tc.filled) OVER (PARTITION BY c.oid) AS filled
         FROM touched tc
         JOIN pg_class c ON c.oid = tc.oid
         JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -124,7 +140,20 @@ BEGIN
                 USING HINT = format('ALTER TABLE %I.%I SET LOGGED adds it to the publication; rows written before are not streamed.', t.nspname, t.relname);
             CONTINUE;
         END IF;
-        EXECUTE format('ALTER PUBLICATION %I ADD TABLE %I.%I', t.publication, t.nspname, t.relname);
+        IF t.row_filter <> '' THEN
+            -- A shard's: a filter the table does not fit (no such column,
+            -- or another type than hashtext takes) would fail the DDL.
+            BEGIN
+                EXECUTE format('ALTER PUBLICATION %I ADD TABLE %I.%I WHERE (%s)', t.publication, t.nspname, t.relname, t.row_filter);
+            EXCEPTION WHEN others THEN
+                RAISE WARNING 'table %.% matches an outbox pattern of publication % but cannot join it with the shard''s row filter %: %',
+                    quote_ident(t.nspname), quote_ident(t.relname), quote_ident(t.publication), t.row_filter, SQLERRM
+                    USING HINT = 'Its aggregate id column must be text or varchar; its rows are not streamed until it is added by hand.';
+                CONTINUE;
+            END;
+        ELSE
+            EXECUTE format('ALTER PUBLICATION %I ADD TABLE %I.%I', t.publication, t.nspname, t.relname);
+        END IF;
         IF t.filled AND NOT t.oid = ANY (filled) THEN
             filled := filled || t.oid;
         END IF;
@@ -161,4 +190,4 @@ $$;
 
 -- What cdc-outbox run compares to tell whether this version is installed:
 -- change it with the file.
-COMMENT ON EVENT TRIGGER cdc_outbox_membership IS 'cdc-outbox membership 2';
+COMMENT ON EVENT TRIGGER cdc_outbox_membership IS 'cdc-outbox membership 3';

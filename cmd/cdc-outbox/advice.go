@@ -202,6 +202,20 @@ func replicationAdvice(e *replication.Error) string {
 			"committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>)"
 	case errors.Is(e.Err, replication.ErrOtherCluster):
 		return "; check --postgres-url"
+	case errors.Is(e.Err, replication.ErrShardsVersion):
+		return ": run with --shards 1 (one slot) on this server, or upgrade it"
+	case errors.Is(e.Err, replication.ErrShardsHash):
+		return ": run with --shards 1 (one slot) on this server"
+	case errors.Is(e.Err, replication.ErrShardCount):
+		return ": start with the --shards those were made with, or change the number of shards as docs/sharding.md says " +
+			"(create the new shards' publications and slots while the old ones stream, stop, then drop the old ones); " +
+			"a restart with another --shards alone would stream their aggregates twice or hold their WAL forever"
+	case errors.Is(e.Err, replication.ErrShardFilter):
+		return ": drop that publication and its shard's slot only after the procedure of docs/sharding.md, or give the shards another --publication and --slot"
+	case errors.Is(e.Err, replication.ErrShardColumn):
+		return ": point --column-aggregate-id at a text or varchar column of a deterministic collation, or leave --shards at 1"
+	case errors.Is(e.Err, replication.ErrHolderTaken):
+		return "; this process stopped all its shards, and a restart waits as a standby"
 	case errors.Is(e.Err, replication.ErrPublicationGone):
 		return fmt.Sprintf(". To recover: re-create it (CREATE PUBLICATION %s FOR TABLE <outbox table> WITH (publish = 'insert')), "+
 			"drop the slot (SELECT pg_drop_replication_slot('%s')), start cdc-outbox with --recreate-slot, "+

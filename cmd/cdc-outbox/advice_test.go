@@ -89,6 +89,18 @@ func TestAdvice(t *testing.T) {
 				"then re-publish the events committed since the last one Kafka has with cdc-outbox republish --after-id <id> (or --since <time>); " +
 				"consumers skip the repeats by event id. See High availability in docs/operating.md"},
 		{"another cluster", &replication.Error{Err: replication.ErrOtherCluster}, "; check --postgres-url"},
+		{"shards on PostgreSQL 14", &replication.Error{Err: replication.ErrShardsVersion}, ": run with --shards 1 (one slot) on this server, or upgrade it"},
+		{"a server that hashes otherwise", &replication.Error{Err: replication.ErrShardsHash}, ": run with --shards 1 (one slot) on this server"},
+		{"another number of shards", &replication.Error{Err: replication.ErrShardCount},
+			": start with the --shards those were made with, or change the number of shards as docs/sharding.md says " +
+				"(create the new shards' publications and slots while the old ones stream, stop, then drop the old ones); " +
+				"a restart with another --shards alone would stream their aggregates twice or hold their WAL forever"},
+		{"a shard's publication without its filter", &replication.Error{Err: replication.ErrShardFilter},
+			": drop that publication and its shard's slot only after the procedure of docs/sharding.md, or give the shards another --publication and --slot"},
+		{"aggregate id not text", &replication.Error{Err: replication.ErrShardColumn},
+			": point --column-aggregate-id at a text or varchar column of a deterministic collation, or leave --shards at 1"},
+		{"shards taken by another process", &replication.Error{Err: replication.ErrHolderTaken},
+			"; this process stopped all its shards, and a restart waits as a standby"},
 		{"failover past the fork", &replication.ForkError{From: "a:5432", FromTimeline: 1, To: "b:5432", ToTimeline: 2, Fork: 0x3000060, Confirmed: 0x3000000, Newest: 0x3100000},
 			". Start cdc-outbox again: it resumes at the slot's position on the new primary, which the standby had, and sends again what " +
 				"the new primary holds after it; with --delivery exactly-once it skips only the transactions up to the fork that Kafka holds, never one after it. " +

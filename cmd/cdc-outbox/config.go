@@ -30,6 +30,7 @@ type runConfig struct {
 	CreateSlot        bool
 	RecreateSlot      bool
 	SlotFailover      bool
+	Shards            int
 
 	KafkaBrokers          string
 	KafkaLinger           time.Duration
@@ -96,6 +97,8 @@ func runFlags(c *runConfig) *flags {
 	f.Bool(&c.RecreateSlot, "recreate-slot", false, "create the slot again when cdc-outbox made it before and it is gone, or drop and create it again when it lost its WAL (wal_status lost); changes in between are NOT streamed")
 	f.Bool(&c.SlotFailover, "slot-failover", true, "on PostgreSQL 17+, make the slot a failover slot (created with failover = true, or switched to it at start), "+
 		"which PostgreSQL synchronizes to standbys with sync_replication_slots = on; ignored, with a note, on 14-16")
+	f.Int(&c.Shards, "shards", 1, "split the outbox over `count` slots (1 to 16), each with a publication that keeps the rows whose aggregate id hashes to it "+
+		"(<publication>_shard_<i>_of_<n>, slot <slot>_shard_<i>_of_<n>), streamed in parallel by this process; PostgreSQL 15+. Changing it on a running stream is a procedure (docs/sharding.md)")
 
 	kafkaFlags(f, c)
 	mappingFlags(f, c)
@@ -247,6 +250,7 @@ func (c *runConfig) validate() error {
 	c.validateOutboxes(&p)
 	c.validateOutput(&p)
 	c.validateValues(&p)
+	c.validateShards(&p)
 	check(c.MessagePrefix != "" && len(c.MessagePrefix) <= 255 && utf8.ValidString(c.MessagePrefix) && !strings.ContainsRune(c.MessagePrefix, 0),
 		"--message-prefix %q: give 1 to 255 bytes of UTF-8 text", c.MessagePrefix)
 	check(c.CPUs >= 0, "--cpus %d: must be 0 (Go's default) or positive", c.CPUs)

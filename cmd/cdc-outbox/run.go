@@ -45,6 +45,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		runtime.GOMAXPROCS(c.CPUs)
 	}
 	log := newLogger(stderr, c.LogFormat, c.LogLevel)
+	if c.Shards > 1 && c.CPUs > 0 && c.CPUs < c.Shards {
+		log.Info(fmt.Sprintf("--shards %d with --cpus %d: the shards share %d core(s) of this process; where %d cores are free for it, --cpus %d (or 0) gives each shard one (docs/sharding.md)",
+			c.Shards, c.CPUs, c.CPUs, c.Shards, c.Shards))
+	}
 	ctx, stop := signalContext(log)
 	defer stop()
 	if err := run(ctx, &c, kafkaOpts, log); err != nil {
@@ -101,20 +105,20 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 		var missing []string
 		role := ""
 		switch {
-		case dp != nil && dp.Stream.Connected():
-			role = fmt.Sprintf("streaming: holds slot %s", c.Slot)
-		case dp != nil && dp.Stream.Standby():
-			role = fmt.Sprintf("standby: slot %s is held by another process; this one takes over within seconds of its release", c.Slot)
+		case dp != nil && dp.connected():
+			role = fmt.Sprintf("streaming: holds slot %s", dp.slots())
+		case dp != nil && dp.standby():
+			role = fmt.Sprintf("standby: slot %s is held by another process; this one takes over within seconds of its release", dp.slots())
 		default:
 			missing = append(missing, "not streaming from PostgreSQL (starting or reconnecting)")
 		}
-		if dp != nil && !dp.Monitor.Published() {
-			missing = append(missing, fmt.Sprintf("an outbox table (%s) is not in publication %s, or not wholly: inserts into it are not streamed", describeOutboxes(specs), c.Publication))
+		if dp != nil && !dp.published() {
+			missing = append(missing, fmt.Sprintf("an outbox table (%s) is not in publication %s, or not wholly: inserts into it are not streamed", describeOutboxes(specs), dp.publications()))
 		}
 		var kafkaUp bool
 		var kafkaErr error // the last failure, explained in /readyz
 		if dp != nil {
-			kafkaUp, kafkaErr = dp.Kafka.State()
+			kafkaUp, kafkaErr = dp.kafka()
 		}
 		switch {
 		case kafkaUp:
@@ -172,16 +176,30 @@ func run(ctx context.Context, c *runConfig, kafkaOpts []kgo.Opt, log *slog.Logge
 	if err := c.withEncoders(ctx, specs, m, log); err != nil {
 		return err
 	}
-	r, err := relay.New(ctx, c.relayConfig(specs, kafkaOpts, m, tracer), g, m, log)
+	rcfg := c.relayConfig(specs, kafkaOpts, m, tracer)
+	var shardMetrics *metrics.Shards
+	if c.Shards > 1 {
+		shardMetrics = m.Shards(reg)
+		rcfg.ShardObserver = func(slot string) relay.Observer { return shardMetrics.Shard(slot) }
+	}
+	sh, err := relay.NewShards(ctx, rcfg, g, m, log)
 	if err != nil {
 		return err
 	}
-	logPrepared(log, c.Slot, r.Prepared())
-	parts.Store(&dataPath{Parts: r.Parts(), relay: r})
+	if shardMetrics != nil {
+		for _, r := range sh.Relays() {
+			p := r.Parts()
+			shardMetrics.Lag(r.Slot(), func() float64 { return max(0, float64(p.Stream.Received())-float64(p.Checkpoint.Confirmed())) })
+		}
+	}
+	for _, r := range sh.Relays() {
+		logPrepared(log, r.Slot(), r.Prepared())
+	}
+	parts.Store(newDataPath(sh))
 	if c.saslMechanism() == saslPlain && !c.KafkaTLS {
 		log.Warn("--kafka-sasl-mechanism=plain without --kafka-tls sends the Kafka password unencrypted; add --kafka-tls unless the network is encrypted otherwise")
 	}
-	return r.Run(ctx)
+	return sh.Run(ctx)
 }
 
 // relayConfig is the stream's configuration from the flags; kafkaOpts are
@@ -224,17 +242,15 @@ func (c *runConfig) relayConfig(specs []outboxSpec, kafkaOpts []kgo.Opt, m *metr
 		Explain:             explain,
 		Tracer:              tracer,
 		StartAttrs:          []any{"kafka_tls", c.KafkaTLS, "kafka_sasl", c.saslMechanism()},
+		Shards:              c.Shards,
+		ShardKafkaOpts:      append([]kgo.Opt{kgo.WithHooks(m.ShardHooks()...)}, kafkaOpts...),
 	}
 }
 
-// dataPath is what metrics read at scrape time: the stream's parts.
-type dataPath struct {
-	relay.Parts
-	relay *relay.Relay
-}
-
 // sources reads the data path's state for metrics; every value is zero
-// until the data path exists.
+// until the data path exists. A stream split in shards reads as its worst
+// shard: the lowest confirmed position, the oldest transaction not yet
+// confirmed; counts are the shards' sums.
 func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 	read := func(fn func(*dataPath) float64) func() float64 {
 		return func() float64 {
@@ -244,44 +260,43 @@ func sources(parts *atomic.Pointer[dataPath]) metrics.Sources {
 			return 0
 		}
 	}
+	sum := func(fn func(relay.Parts) float64) func() float64 {
+		return read(func(dp *dataPath) float64 { return dp.sum(fn) })
+	}
 	return metrics.Sources{
-		Confirmed:           read(func(dp *dataPath) float64 { return float64(dp.Checkpoint.Confirmed()) }),
-		Received:            read(func(dp *dataPath) float64 { return float64(dp.Stream.Received()) }),
-		Transactions:        read(func(dp *dataPath) float64 { return float64(dp.Checkpoint.Transactions()) }),
-		InFlight:            read(func(dp *dataPath) float64 { return float64(dp.Pipeline.InFlight()) }),
-		InFlightBytes:       read(func(dp *dataPath) float64 { return float64(dp.Pipeline.InFlightBytes()) }),
-		PostgresReconnects:  read(func(dp *dataPath) float64 { return float64(dp.Stream.Reconnects()) }),
-		StatusUpdates:       read(func(dp *dataPath) float64 { return float64(dp.Stream.StatusUpdates()) }),
-		Checkpoint:          read(func(dp *dataPath) float64 { return float64(dp.relay.KafkaCheckpoint()) }),
-		SkippedTransactions: read(func(dp *dataPath) float64 { return float64(dp.Pipeline.SkippedTransactions()) }),
-		Epoch:               read(func(dp *dataPath) float64 { return float64(dp.Pipeline.Epoch()) }),
+		Confirmed:           read(func(dp *dataPath) float64 { return float64(dp.confirmed()) }),
+		Received:            read(func(dp *dataPath) float64 { return float64(dp.received()) }),
+		Transactions:        sum(func(p relay.Parts) float64 { return float64(p.Checkpoint.Transactions()) }),
+		InFlight:            sum(func(p relay.Parts) float64 { return float64(p.Pipeline.InFlight()) }),
+		InFlightBytes:       sum(func(p relay.Parts) float64 { return float64(p.Pipeline.InFlightBytes()) }),
+		PostgresReconnects:  sum(func(p relay.Parts) float64 { return float64(p.Stream.Reconnects()) }),
+		StatusUpdates:       sum(func(p relay.Parts) float64 { return float64(p.Stream.StatusUpdates()) }),
+		Checkpoint:          read(func(dp *dataPath) float64 { return float64(dp.checkpoint()) }),
+		SkippedTransactions: sum(func(p relay.Parts) float64 { return float64(p.Pipeline.SkippedTransactions()) }),
+		Epoch:               read(func(dp *dataPath) float64 { return float64(dp.epoch()) }),
 		Outboxes: func() []metrics.Outbox {
 			dp := parts.Load()
 			if dp == nil {
 				return nil
 			}
-			var out []metrics.Outbox
-			for _, o := range dp.Pipeline.Outboxes() {
-				out = append(out, metrics.Outbox{Name: o.Table, Events: o.Events, Failed: o.Bad["failed"], DeadLettered: o.Bad["dead_lettered"], Last: o.Last})
-			}
-			return out
+			return dp.outboxes()
 		},
 		PostgresConnected: func() bool {
 			dp := parts.Load()
-			return dp != nil && dp.Stream.Connected()
+			return dp != nil && dp.connected()
 		},
 		Oldest: func() (time.Time, bool) {
 			if dp := parts.Load(); dp != nil {
-				return dp.Checkpoint.Oldest()
+				return dp.oldest()
 			}
 			return time.Time{}, false
 		},
 		Skipped: map[string]func() float64{
-			decoder.SkipUpdate:      read(func(dp *dataPath) float64 { return float64(dp.Pipeline.Skipped().Update) }),
-			decoder.SkipDelete:      read(func(dp *dataPath) float64 { return float64(dp.Pipeline.Skipped().Delete) }),
-			decoder.SkipTruncate:    read(func(dp *dataPath) float64 { return float64(dp.Pipeline.Skipped().Truncate) }),
-			decoder.SkipOtherTable:  read(func(dp *dataPath) float64 { return float64(dp.Pipeline.Skipped().OtherTable) }),
-			decoder.SkipOtherPrefix: read(func(dp *dataPath) float64 { return float64(dp.Pipeline.Skipped().OtherPrefix) }),
+			decoder.SkipUpdate:      sum(func(p relay.Parts) float64 { return float64(p.Pipeline.Skipped().Update) }),
+			decoder.SkipDelete:      sum(func(p relay.Parts) float64 { return float64(p.Pipeline.Skipped().Delete) }),
+			decoder.SkipTruncate:    sum(func(p relay.Parts) float64 { return float64(p.Pipeline.Skipped().Truncate) }),
+			decoder.SkipOtherTable:  sum(func(p relay.Parts) float64 { return float64(p.Pipeline.Skipped().OtherTable) }),
+			decoder.SkipOtherPrefix: sum(func(p relay.Parts) float64 { return float64(p.Pipeline.Skipped().OtherPrefix) }),
 		},
 	}
 }

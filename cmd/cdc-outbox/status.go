@@ -14,6 +14,7 @@ import (
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/shard"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/contract"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
@@ -30,6 +31,7 @@ type statusConfig struct {
 	MetricsURL  string
 	JSON        bool
 	Timeout     time.Duration
+	Shards      int
 	// kafka holds --delivery, --checkpoint-topic and the Kafka connection:
 	// status reads the stream's history epochs from the checkpoint topic,
 	// and in exactly-once delivery the Kafka checkpoint too.
@@ -57,6 +59,7 @@ func statusFlags(c *statusConfig) *flags {
 	f.String(&c.Slot, "slot", "cdc_outbox", "`name` of the logical replication slot")
 	f.String(&c.Publication, "publication", "cdc_outbox", "`name` of the publication")
 	f.String(&c.Table, "table", contract.DefaultTable, runTableHelp)
+	f.Int(&c.Shards, "shards", 1, "the `count` of slots the outbox is split over (run's --shards): each shard's slot is read, and the report is the worst shard's, with every shard listed")
 	f.String(&c.MetricsURL, "metrics-url", "", "`url` of the running streamer's /metrics (its --http-addr), read for each outbox table's events streamed and last event; empty: not read")
 	deliveryFlags(f, &c.kafka)
 	f.String(&c.kafka.KafkaBrokers, "kafka-brokers", "127.0.0.1:9092", "Kafka bootstrap `brokers`, comma-separated, to read the stream's history epochs (from --checkpoint-topic) "+
@@ -76,6 +79,7 @@ func (c *statusConfig) validate() error {
 	p.check(c.MetricsURL == "" || strings.HasPrefix(c.MetricsURL, "http://") || strings.HasPrefix(c.MetricsURL, "https://"),
 		"--metrics-url %q: give the streamer's http://host:port/metrics", c.MetricsURL)
 	p.check(c.Timeout > 0, "--timeout %s: must be positive", c.Timeout)
+	p.check(c.Shards >= 1 && c.Shards <= shard.Max, "--shards %d: give 1 (one slot) to %d", c.Shards, shard.Max)
 	k := &c.kafka
 	p.check(k.Delivery == deliveryAtLeastOnce || k.Delivery == deliveryExactlyOnce, "--delivery %q: use %s or %s", k.Delivery, deliveryAtLeastOnce, deliveryExactlyOnce)
 	if c.readsKafka() {
@@ -173,6 +177,10 @@ const (
 //	kafka_checkpoint_at  when that checkpoint was written, RFC 3339 in UTC; "" when none
 //	kafka_ahead_bytes    kafka_checkpoint_lsn - confirmed_flush_lsn when positive: WAL that
 //	                     PostgreSQL sends again at the next start and cdc-outbox skips
+//	shards               with --shards above 1, each shard: {shard ("1 of 4"), slot, publication,
+//	                     verdict, active, confirmed_flush_lsn, lag_bytes, retained_wal_bytes,
+//	                     wal_status}, and the other keys are the worst shard's (the highest
+//	                     exit code, then the most lag); [] for a stream not split
 //
 // The slot keys are zero ("", false, 0, "0/0") when the slot does not
 // exist; everything but verdict, exit_code, message, error and the names
@@ -249,6 +257,8 @@ type statusReport struct {
 	EpochsRead  bool `json:"history_epochs_read"`
 	epochsAsked bool // the checkpoint topic was to be read
 
+	Shards []statusShard `json:"shards"`
+
 	connectedDB string // the database --postgres-url connects to
 	// unmet is why cdc-outbox run cannot stream from this server as this
 	// role, whatever the slot says (wal_level, REPLICATION, an UNLOGGED
@@ -288,7 +298,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
-	r := readStatus(ctx, &c)
+	r := readShardsStatus(ctx, &c)
 	if r.Error != "" {
 		// Said on stderr in both formats, so a script capturing only the
 		// JSON still leaves the reason in its log.
@@ -325,6 +335,7 @@ func newStatusReport(c *statusConfig) *statusReport {
 		TableRowsEstimate:  -1,
 		Delivery:           c.kafka.Delivery,
 		KafkaCheckpointLSN: "0/0",
+		Shards:             []statusShard{},
 	}
 }
 
@@ -766,6 +777,13 @@ func (r *statusReport) writeText(w io.Writer) {
 		return "no"
 	}
 
+	for _, sh := range r.Shards {
+		add("shard "+sh.Shard, "slot %s: %s, %s, confirmed %s, lag %s, retains %s (wal_status %s)", sh.Slot, strings.ReplaceAll(sh.Verdict, "_", " "),
+			map[bool]string{true: "active", false: "inactive"}[sh.Active], sh.ConfirmedFlushLSN, humanBytes(sh.LagBytes), humanBytes(sh.RetainedWALBytes), orNone(sh.WALStatus))
+	}
+	if len(r.Shards) > 0 {
+		add("worst shard", "%s (below)", r.Slot)
+	}
 	add("slot", "%s", r.Slot)
 	add("  exists", "%s", yes(r.SlotExists))
 	if r.SlotExists {

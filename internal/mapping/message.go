@@ -110,6 +110,29 @@ func (m *Mapper) isRole(i int) bool {
 // does not give one: for messages about a message that cannot be mapped.
 func MessageEventID(content []byte) string { return envelopeID(content) }
 
+// MessageAggregateID is the aggregate_id member of a message's content, the
+// string that tells which shard streams it; ok is false when it cannot be
+// read (not a string, or the content no JSON object), which makes the
+// message a bad event.
+func MessageAggregateID(content []byte) (id string, ok bool) {
+	it := memberIter{doc: content}
+	if !it.open() {
+		return "", false
+	}
+	for {
+		k, v, str, more := it.next()
+		if !more {
+			return "", false
+		}
+		if string(k) == contract.MemberAggregateID {
+			if !str {
+				return "", false
+			}
+			return string(appendUnescaped(nil, v)), true
+		}
+	}
+}
+
 // envelopeID is the id member of content that is not a whole envelope,
 // when it can be read: the event an error names.
 func envelopeID(content []byte) string {

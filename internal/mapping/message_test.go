@@ -147,3 +147,29 @@ func headerValue(hs []kgo.RecordHeader, key string) string {
 	}
 	return ""
 }
+
+// TestMessageAggregateID: the aggregate id a shard hashes is the one the
+// envelope gives the record (its key), escapes included; anything else is
+// not an id.
+func TestMessageAggregateID(t *testing.T) {
+	for _, content := range []string{
+		`{"v":1,"id":"e1","aggregate_type":"order","aggregate_id":"order-1","event_type":"x","payload":{}}`,
+		`{"aggregate_id":"caf\u00e9 \"q\" \\ \/ \n","v":1,"id":"e1","aggregate_type":"order","event_type":"x","payload":{}}`,
+		`{"v":1,"id":"e1","aggregate_type":"order","aggregate_id":"😀漢字","event_type":"x","payload":{}}`,
+		`{"v":1,"id":"e1","aggregate_type":"order","aggregate_id":"\ud83d\ude00","event_type":"x","payload":{}}`,
+	} {
+		e, err := contract.ParseEnvelope([]byte(content))
+		if err != nil {
+			t.Fatalf("%s: %v", content, err)
+		}
+		got, ok := MessageAggregateID([]byte(content))
+		if !ok || got != e.AggregateID {
+			t.Errorf("MessageAggregateID(%s) = %q, %v; the envelope's is %q", content, got, ok, e.AggregateID)
+		}
+	}
+	for _, content := range []string{`{"aggregate_id":42}`, `{"id":"e1"}`, `not json`, ``, `{"aggregate_id":null}`} {
+		if got, ok := MessageAggregateID([]byte(content)); ok {
+			t.Errorf("MessageAggregateID(%s) = %q, want none", content, got)
+		}
+	}
+}

@@ -51,6 +51,13 @@
 //	cdc_outbox_schema_registry_waiting                           gauge     1 while the stream waits for the registry, else 0
 //	cdc_outbox_schema_info{outbox,registry,subject,schema_id,version} gauge 1 for the schema each outbox's subject is written by now
 //
+// Per shard, when a stream is split over several slots (Shards; the slot
+// metrics above are then the worst shard's):
+//
+//	cdc_outbox_shard_slot_retained_wal_bytes{slot}  gauge  the shard's slot's retained WAL
+//	cdc_outbox_shard_slot_active{slot}              gauge  1 while a process streams from the shard's slot
+//	cdc_outbox_shard_replication_lag_bytes{slot}    gauge  the shard's received minus confirmed LSN
+//
 // Exactly-once delivery (zero in at-least-once):
 //
 //	cdc_outbox_kafka_transactions_total{outcome}     counter   Kafka transactions: committed or aborted
@@ -492,6 +499,11 @@ func (m *Metrics) Kafka(up, wasUp, everUp bool) {
 // Hooks are the franz-go hooks that feed the Kafka client's metrics and
 // the publish error counter.
 func (m *Metrics) Hooks() []kgo.Hook { return []kgo.Hook{m.kafka, publishErrorHook{m.publishErrors}} }
+
+// ShardHooks are the hooks of the producers of a stream's shards after the
+// first: the publish error counter only. The Kafka client's metrics
+// register once per registry, so they are the first shard's producer's.
+func (m *Metrics) ShardHooks() []kgo.Hook { return []kgo.Hook{publishErrorHook{m.publishErrors}} }
 
 // publishErrorHook counts produce requests that failed on the wire (they
 // are retried) and records that failed for good.

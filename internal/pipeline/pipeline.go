@@ -30,6 +30,7 @@ import (
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
+	"github.com/cdc-outbox/cdc-outbox/internal/shard"
 )
 
 // Bad-event policies.
@@ -81,6 +82,9 @@ type Config struct {
 	// is; the first also encodes the outbox messages, which are mapped by
 	// the first outbox's settings.
 	Encoders []Encoder
+	// Shard is the shard of a stream split over several slots that this
+	// pipeline streams; the zero value: the stream is not split.
+	Shard shard.Shard
 }
 
 // Tracer starts an event's span when its record is produced: the child of
@@ -130,10 +134,12 @@ type Transactional interface {
 
 // Pipeline implements replication.Handler.
 type Pipeline struct {
-	cfg     Config
-	dec     *decoder.Decoder
-	catalog Catalog
-	reg     *registry
+	cfg Config
+	// otherShard counts messages another shard streams (OtherShard).
+	otherShard atomic.Uint64
+	dec        *decoder.Decoder
+	catalog    Catalog
+	reg        *registry
 	// mapper is the first outbox's, which names the event of a row no
 	// outbox can be told for (its id column is the likeliest).
 	mapper  *mapping.Mapper
@@ -320,6 +326,26 @@ func (p *Pipeline) SkippedTransactions() uint64 {
 // Skipped counts the changes that were not published, by reason.
 func (p *Pipeline) Skipped() decoder.SkipCounts { return p.dec.Skipped() }
 
+// OtherShard counts the outbox messages passed over because another shard
+// streams them.
+func (p *Pipeline) OtherShard() uint64 { return p.otherShard.Load() }
+
+// ownMessage reports whether this pipeline's shard streams the outbox
+// message ev. Every slot decodes every message whatever its publication's
+// row filter, so each shard keeps those whose aggregate id hashes to it, as
+// the row filter hashes a row's. A message whose aggregate id cannot be
+// read is shard 0's, where it is a bad event once, not once per shard.
+func (p *Pipeline) ownMessage(ev *decoder.Event) bool {
+	if !p.cfg.Shard.Split() {
+		return true
+	}
+	id, ok := mapping.MessageAggregateID(ev.Content)
+	if !ok {
+		return p.cfg.Shard.Index == 0
+	}
+	return p.cfg.Shard.Keeps(id)
+}
+
 // pending is one record on its way to the broker. The record's Context
 // points back at it, so the acknowledgement finds its transaction without a
 // map lookup or a closure, and record and bookkeeping are one allocation.
@@ -396,6 +422,10 @@ func (p *Pipeline) WAL(lsn pglogrepl.LSN, data []byte) error {
 		}
 		return p.insert(lsn, ev)
 	case decoder.KindMessage:
+		if !p.ownMessage(ev) {
+			p.otherShard.Add(1)
+			return nil
+		}
 		if !ev.Transactional {
 			return p.loneMessage(lsn, ev)
 		}

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/shard"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
@@ -81,6 +83,18 @@ type Config struct {
 	// StartAttrs end the stream's "starting" line (the command's: how it
 	// reaches Kafka, TLS and SASL).
 	StartAttrs []any
+
+	// Shards splits the stream over this many slots (Shards, shards.go);
+	// 0 or 1: one slot. Shard is the one a Relay streams, set by NewShards.
+	Shards int
+	Shard  shard.Shard
+	// ShardObserver is the observer of the relay of the shard streaming
+	// slot (NewShards); nil: each is told what its obs is.
+	ShardObserver func(slot string) Observer
+	// ShardKafkaOpts replace Kafka.Opts for the producers of the shards
+	// after the first: without the hooks that register a client's
+	// metrics, which a registry takes once.
+	ShardKafkaOpts []kgo.Opt
 }
 
 // Observer is told what happens to the stream; metrics implement it.
@@ -131,7 +145,17 @@ const catalogTimeout = 10 * time.Second
 // stream's identity, and assembles the data path, adding its resources and
 // the parts that run beside the stream to g (they start now; the stream
 // starts with Run).
+//
+// A shard's relay (cfg.Shard) streams the shard's own publication and slot
+// (shard.Shard.Name of the stream's), and in exactly-once delivery a given
+// transactional id gets the shard's suffix: each shard has its own
+// position, checkpoint (keyed by its slot) and producer.
 func New(ctx context.Context, cfg Config, g Group, obs Observer, log *slog.Logger) (*Relay, error) {
+	streamSlot, streamPublication := cfg.Slot, cfg.Publication
+	cfg.Slot, cfg.Publication = cfg.Shard.Name(cfg.Slot), cfg.Shard.Name(cfg.Publication)
+	if cfg.TransactionalID != "" && cfg.Shard.Split() {
+		cfg.TransactionalID = fmt.Sprintf("%s-shard-%d-of-%d", cfg.TransactionalID, cfg.Shard.Index, cfg.Shard.Count)
+	}
 	r := &Relay{cfg: cfg, obs: obs, log: log}
 	setupCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	prepared, err := replication.Prepare(setupCtx, cfg.PostgresURL, replication.Setup{
@@ -142,6 +166,10 @@ func New(ctx context.Context, cfg Config, g Group, obs Observer, log *slog.Logge
 		CreateSlot:        cfg.CreateSlot,
 		RecreateSlot:      cfg.RecreateSlot,
 		Failover:          cfg.SlotFailover,
+		Shard:             cfg.Shard,
+		StreamSlot:        streamSlot,
+		StreamPublication: streamPublication,
+		AggregateIDs:      r.aggregateIDs(),
 	}, log)
 	cancel()
 	if err != nil {
@@ -204,6 +232,7 @@ func New(ctx context.Context, cfg Config, g Group, obs Observer, log *slog.Logge
 		Tracer:            cfg.Tracer,
 		Lineage:           r.lineage,
 		Encoders:          r.encoders(),
+		Shard:             cfg.Shard,
 	}, r.tracker, catalog, r.delivery.producer(), obs, log)
 	if err != nil {
 		return nil, err
@@ -250,7 +279,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if len(r.found) == 0 {
 		r.log.Warn("no table matches the outboxes yet: tables that match are streamed once created and in the publication", "outboxes", Describe(r.cfg.Outboxes))
 	}
-	attrs := []any{"delivery", r.cfg.Delivery, "slot", r.cfg.Slot, "start_lsn", r.start, "outboxes", Describe(r.cfg.Outboxes), "tables", len(r.found)}
+	attrs := []any{"delivery", r.cfg.Delivery, "slot", r.cfg.Slot, "publication", r.cfg.Publication, "start_lsn", r.start, "outboxes", Describe(r.cfg.Outboxes), "tables", len(r.found)}
 	if len(r.found) == 1 {
 		// One outbox, as before: the table and its source on the line.
 		o := r.pipe.Outboxes()[0]
@@ -305,6 +334,16 @@ func (r *Relay) patterns() []pgname.Pattern {
 	out := make([]pgname.Pattern, len(r.cfg.Outboxes))
 	for i, o := range r.cfg.Outboxes {
 		out[i] = o.Pattern
+	}
+	return out
+}
+
+// aggregateIDs are each outbox's aggregate id column, which a shard's row
+// filter hashes.
+func (r *Relay) aggregateIDs() []string {
+	out := make([]string, len(r.cfg.Outboxes))
+	for i, o := range r.cfg.Outboxes {
+		out[i] = o.Mapping.AggregateIDColumn
 	}
 	return out
 }
@@ -439,3 +478,10 @@ func (r *Relay) monitorConfig() replication.MonitorConfig {
 	}
 	return mcfg
 }
+
+// Slot is the slot the relay streams: the stream's, or its shard's.
+func (r *Relay) Slot() string { return r.cfg.Slot }
+
+// Publication is the publication the relay streams: the stream's, or its
+// shard's.
+func (r *Relay) Publication() string { return r.cfg.Publication }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
+	"github.com/cdc-outbox/cdc-outbox/internal/shard"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
@@ -211,8 +212,14 @@ func TestCreatePublication(t *testing.T) {
 			`CREATE PUBLICATION "p" FOR TABLE "a"."outbox", "B"."outbox" WITH (publish = 'insert', publish_via_partition_root = true)`},
 		{nil, `CREATE PUBLICATION "p" WITH (publish = 'insert')`},
 	} {
-		if got := createPublication("p", tc.tables); got != tc.want {
+		if got := createPublication("p", tc.tables, nil); got != tc.want {
 			t.Errorf("createPublication: %s\nwant %s", got, tc.want)
 		}
+	}
+	// A shard's: each table with its row filter, before the options.
+	got := createPublication("p_shard_1_of_4", []Table{table("public", "outbox", true)}, []string{shard.Shard{Index: 1, Count: 4}.Filter(`"aggregate_id"`)})
+	want := `CREATE PUBLICATION "p_shard_1_of_4" FOR TABLE "public"."outbox" WHERE ((hashtext("aggregate_id") & 2147483647) % 4 = 1) WITH (publish = 'insert', publish_via_partition_root = true)`
+	if got != want {
+		t.Errorf("createPublication of a shard: %s\nwant %s", got, want)
 	}
 }

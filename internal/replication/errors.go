@@ -70,6 +70,29 @@ var (
 	// ErrNotPublished means the publication does not publish every insert
 	// into the outbox (Coverage).
 	ErrNotPublished = errors.New("the publication does not publish the whole outbox")
+
+	// ErrShardsVersion means the stream is split into shards on a server
+	// older than PostgreSQL 15, which has no row filters.
+	ErrShardsVersion = errors.New("shards need row filters, PostgreSQL 15 or newer")
+
+	// ErrShardsHash means the server's hashtext gives other values than
+	// the streamer's (a big-endian server): the shards' messages would not
+	// follow their aggregates' rows.
+	ErrShardsHash = errors.New("the server's hashtext differs from the streamer's")
+
+	// ErrShardCount means the server holds the slots or publications of
+	// the stream split in another number of shards (or not split) than
+	// asked: each holds a position of its own, and starting anew beside
+	// them would stream their aggregates twice or not at all.
+	ErrShardCount = errors.New("the stream is split in another number of shards")
+
+	// ErrShardFilter means a shard's publication does not filter a table
+	// by the shard's hash of the aggregate id.
+	ErrShardFilter = errors.New("the shard's publication does not filter by the shard's hash")
+
+	// ErrShardColumn means the aggregate id column of a sharded outbox is
+	// missing or is not text or varchar, which hashtext takes.
+	ErrShardColumn = errors.New("the aggregate id column cannot be hashed for shards")
 )
 
 // Error is a condition of streaming that is not met, with the facts that

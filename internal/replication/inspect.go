@@ -297,7 +297,7 @@ func InspectOutboxes(ctx context.Context, url, publication string, ps []pgname.P
 	if in.Temporary, err = FindTemporary(ctx, conn, ps); err != nil {
 		return in, err
 	}
-	if ws, _ := watches(ps); len(ws) > 0 {
+	if ws, _ := watches(ps, nil); len(ws) > 0 {
 		m, err := readMembership(ctx, conn, publication, ws)
 		if err != nil {
 			return in, err

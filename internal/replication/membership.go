@@ -26,20 +26,27 @@ var membershipVersion = regexp.MustCompile(`COMMENT ON EVENT TRIGGER cdc_outbox_
 
 // Watch is one outbox pattern as the membership trigger registers it
 // (cdc_outbox.watch): each part as the catalog stores names, * any run of
-// characters.
-type Watch struct{ Schema, Table string }
+// characters. Filter is the row filter a table that comes to match joins
+// the publication with (a shard's, shard.Shard.Filter); "" none.
+type Watch struct{ Schema, Table, Filter string }
 
 // watches are the registrations of the patterns with wildcards. A pattern
 // one of whose literal parts holds a "*" (a quoted name) cannot be told to
 // the trigger, whose every * is a wildcard: it is returned in odd.
-func watches(ps []pgname.Pattern) (ws []Watch, odd []pgname.Pattern) {
-	for _, p := range ps {
+//
+// filter, when not nil, is the row filter of the pattern of entry i.
+func watches(ps []pgname.Pattern, filter func(i int) string) (ws []Watch, odd []pgname.Pattern) {
+	for i, p := range ps {
 		switch {
 		case !p.IsGlob():
 		case !p.Schema.Glob && strings.Contains(p.Schema.Text, "*"), !p.Relation.Glob && strings.Contains(p.Relation.Text, "*"):
 			odd = append(odd, p)
 		default:
-			ws = append(ws, Watch{Schema: p.Schema.Text, Table: p.Relation.Text})
+			w := Watch{Schema: p.Schema.Text, Table: p.Relation.Text}
+			if filter != nil {
+				w.Filter = filter(i)
+			}
+			ws = append(ws, w)
 		}
 	}
 	return ws, odd
@@ -81,16 +88,20 @@ func readMembership(ctx context.Context, conn *pgx.Conn, publication string, ws 
 		m.Unregistered = ws
 		return m, nil
 	}
-	schemas, tables := make([]string, len(ws)), make([]string, len(ws))
+	schemas, tables, filters := make([]string, len(ws)), make([]string, len(ws)), make([]string, len(ws))
 	for i, w := range ws {
-		schemas[i], tables[i] = w.Schema, w.Table
+		schemas[i], tables[i], filters[i] = w.Schema, w.Table, w.Filter
 	}
-	rows, _ := conn.Query(ctx, `SELECT w.s, w.t FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS w(s, t, i)
-		WHERE NOT EXISTS (SELECT 1 FROM cdc_outbox.membership m WHERE m.publication = $1 AND m.schema_pattern = w.s AND m.table_pattern = w.t)
-		ORDER BY w.i`, publication, schemas, tables)
+	// A pattern with a row filter (a shard's) is registered only with that
+	// filter; one without, whatever its filter (status does not know it).
+	// The row filter through JSON: a table of an older script has none.
+	rows, _ := conn.Query(ctx, `SELECT w.s, w.t, w.f FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS w(s, t, f, i)
+		WHERE NOT EXISTS (SELECT 1 FROM cdc_outbox.membership m WHERE m.publication = $1 AND m.schema_pattern = w.s AND m.table_pattern = w.t
+			AND (w.f = '' OR coalesce(to_jsonb(m) ->> 'row_filter', '') = w.f))
+		ORDER BY w.i`, publication, schemas, tables, filters)
 	m.Unregistered, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Watch, error) {
 		var w Watch
-		err := row.Scan(&w.Schema, &w.Table)
+		err := row.Scan(&w.Schema, &w.Table, &w.Filter)
 		return w, err
 	})
 	if err != nil {
@@ -112,7 +123,11 @@ func installMembership(ctx context.Context, conn *pgx.Conn, publication string, 
 			return fmt.Errorf("run sql/outbox-membership.sql: %w", err)
 		}
 		for _, w := range ws {
-			if _, err := tx.Exec(ctx, `SELECT cdc_outbox.watch($1, $2, $3)`, publication, w.Schema, w.Table); err != nil {
+			call, args := `SELECT cdc_outbox.watch($1, $2, $3)`, []any{publication, w.Schema, w.Table}
+			if w.Filter != "" {
+				call, args = `SELECT cdc_outbox.watch($1, $2, $3, $4)`, append(args, w.Filter)
+			}
+			if _, err := tx.Exec(ctx, call, args...); err != nil {
 				return fmt.Errorf("register pattern %s.%s: %w", w.Schema, w.Table, err)
 			}
 		}
@@ -125,11 +140,17 @@ func installMembership(ctx context.Context, conn *pgx.Conn, publication string, 
 func MembershipCommand(database, publication string, ws []Watch) string {
 	var calls []string
 	for _, w := range ws {
-		calls = append(calls, fmt.Sprintf("SELECT cdc_outbox.watch(%s, %s, %s)", quoteLiteral(publication), quoteLiteral(w.Schema), quoteLiteral(w.Table)))
+		filter := ""
+		if w.Filter != "" {
+			filter = ", " + quoteLiteral(w.Filter)
+		}
+		calls = append(calls, fmt.Sprintf("SELECT cdc_outbox.watch(%s, %s, %s%s)", quoteLiteral(publication), quoteLiteral(w.Schema), quoteLiteral(w.Table), filter))
 	}
 	cmd := fmt.Sprintf("psql -d %s -v ON_ERROR_STOP=1 -f sql/outbox-membership.sql", shellWord(database))
 	if len(calls) > 0 {
-		cmd += ` -c "` + strings.Join(calls, "; ") + `"`
+		// Inside double quotes the shell still reads \ " $ and `: a
+		// quoted name (a row filter's column) keeps its quotes.
+		cmd += ` -c "` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, "`", "\\`").Replace(strings.Join(calls, "; ")) + `"`
 	}
 	return cmd
 }
@@ -140,7 +161,11 @@ func MembershipCommand(database, publication string, ws []Watch) string {
 // publication), by installing the trigger and registering the patterns;
 // otherwise it says, loudly, the one command that does it.
 func prepareMembership(ctx context.Context, conn *pgx.Conn, s Setup, log *slog.Logger) error {
-	ws, odd := watches(s.Outboxes)
+	var filter func(int) string
+	if s.Shard.Split() {
+		filter = func(i int) string { return s.Shard.Filter(pgname.Quote(s.AggregateIDs[i])) }
+	}
+	ws, odd := watches(s.Outboxes, filter)
 	for _, p := range odd {
 		log.Warn("an outbox pattern has a quoted part holding *, which the membership trigger (sql/outbox-membership.sql) reads as a wildcard: "+
 			"it is not registered, so tables that come to match it join the publication only when added by hand",

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/cdc-outbox/cdc-outbox/internal/shard"
 	"github.com/cdc-outbox/cdc-outbox/outbox/pgname"
 )
 
@@ -31,6 +32,15 @@ type Setup struct {
 	// created with failover = true, or switched to it when it exists
 	// without (see failoverSlot). Older servers have no such slots.
 	Failover bool
+
+	// Shard is the shard of the stream that Publication and Slot (its own
+	// names, shard.Shard.Name) belong to; the zero value: not split.
+	// StreamSlot and StreamPublication are the whole stream's names, which
+	// the shards' are made of; AggregateIDs, each outbox's aggregate id
+	// column, which its row filter hashes.
+	Shard                         shard.Shard
+	StreamSlot, StreamPublication string
+	AggregateIDs                  []string
 }
 
 // failoverMajor is the first PostgreSQL major with failover slots.
@@ -79,6 +89,9 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 	if unmet, err := checkServer(ctx, conn); err != nil || unmet != nil {
 		return Prepared{}, errors.Join(unmet, err)
 	}
+	if err := checkShards(ctx, conn, s); err != nil {
+		return Prepared{}, err
+	}
 
 	// Before the tables are found: a table created meanwhile then joins
 	// the publication by itself, or is created after the publication,
@@ -90,7 +103,13 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 	if err != nil {
 		return Prepared{}, err
 	}
+	if found, err = checkShardColumns(ctx, conn, s, found, log); err != nil {
+		return Prepared{}, err
+	}
 	if err := preparePublication(ctx, conn, s, found, log); err != nil {
+		return Prepared{}, err
+	}
+	if err := checkFilters(ctx, conn, s, found); err != nil {
 		return Prepared{}, err
 	}
 	return prepareSlot(ctx, conn, url, s, log)
@@ -141,11 +160,19 @@ func unloggedError(t Table) error {
 // Several outboxes share one publication, which lists them all; with none
 // yet (a pattern that matches no table), it lists none, and tables join it
 // as they are created (sql/outbox-membership.sql).
-func createPublication(publication string, ts []Table) string {
+//
+// A shard's publication has each table's row filter (filters, in the order
+// of ts; nil for a stream that is not split).
+func createPublication(publication string, ts []Table, filters []string) string {
 	options := "publish = 'insert'"
 	var names []string
 	partitioned := false
-	for _, t := range ts {
+	for i, t := range ts {
+		if filters != nil {
+			names = append(names, t.Name.Quoted()+" WHERE ("+filters[i]+")")
+			partitioned = partitioned || t.Partitioned
+			continue
+		}
 		names = append(names, t.Name.Quoted())
 		partitioned = partitioned || t.Partitioned
 	}
@@ -169,6 +196,7 @@ func describeNames(names []string) string {
 func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, found []OutboxTable, log *slog.Logger) error {
 	var ts []Table
 	var logged []OutboxTable
+	var filters []string
 	for _, t := range found {
 		switch {
 		case t.Unlogged && s.Outboxes[t.Entry].IsGlob():
@@ -182,10 +210,13 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, s Setup, found []Ou
 		}
 		ts = append(ts, t.Table)
 		logged = append(logged, t)
+		if s.Shard.Split() {
+			filters = append(filters, s.Shard.Filter(pgname.Quote(s.AggregateIDs[t.Entry])))
+		}
 	}
 	found = logged
 	pub := pgname.Quote(s.Publication)
-	create := createPublication(s.Publication, ts)
+	create := createPublication(s.Publication, ts, filters)
 	var first pgname.Name // named in errors about the publication
 	if len(ts) > 0 {
 		first = ts[0].Name
