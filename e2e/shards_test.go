@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // One outbox split over K row-filtered slots (--shards, docs/sharding.md).
@@ -472,5 +476,129 @@ func TestShardsPatternNewTenant(t *testing.T) {
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE schemaname = 'st_new' AND rowfilter LIKE '%hashtext(aggregate_id)%'`).Scan(&filtered); err != nil || filtered != 2 {
 		t.Fatalf("the new tenant is in %d shards' publications with a filter (%v), want 2", filtered, err)
 	}
+	s.stop()
+}
+
+// TestShardsFirstStartUnderWriters: the first start of 4 shards while a
+// writer commits and transactions stay open in the cluster, so that the
+// first slot's creation waits for them: every event committed after the
+// first slot's position reaches Kafka, whichever shard its aggregate is
+// of. (Slots created one after the other, each waiting in turn, missed
+// what the later shards' aggregates committed in between.)
+func TestShardsFirstStartUnderWriters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	needsRowFilters(t, e)
+	ctx, stop := context.WithCancel(testenv.Context(t))
+	defer stop()
+	// Transactions that stay open, one beginning before the other ends:
+	// a slot's creation waits until those running when it began end.
+	holding := make(chan error, 2)
+	for h := range 2 {
+		go func() {
+			conn, err := e.pool.Acquire(ctx)
+			if err != nil {
+				holding <- err
+				return
+			}
+			defer conn.Release()
+			for i := 0; ctx.Err() == nil; i++ {
+				if i == 0 && h == 1 {
+					_, _ = conn.Exec(ctx, `SELECT pg_sleep(0.4)`) // staggered: one is open at any moment
+				}
+				if _, err := conn.Exec(ctx, `BEGIN; SELECT txid_current(); SELECT pg_sleep(0.8); COMMIT`); err != nil && ctx.Err() == nil {
+					holding <- err
+					return
+				}
+			}
+			holding <- nil
+		}()
+	}
+	// The writer: each event with the WAL position before it began.
+	type written struct {
+		id     string
+		before int64
+	}
+	var mu sync.Mutex
+	var events []written
+	writing := make(chan error, 1)
+	go func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			var w written
+			err := e.pool.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint`).Scan(&w.before)
+			if err == nil {
+				err = e.pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+					VALUES ('payment', $1, 'PaymentCreated', '{}') RETURNING id::text`, fmt.Sprintf("agg-%d", i%97)).Scan(&w.id)
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					writing <- err
+				}
+				close(writing)
+				return
+			}
+			mu.Lock()
+			events = append(events, w)
+			mu.Unlock()
+		}
+		close(writing)
+	}()
+	eventually(t, time.Minute, "the writer to commit", func() bool { mu.Lock(); defer mu.Unlock(); return len(events) > 100 })
+	s := e.start("--shards", fmt.Sprint(shards))
+	e.waitShardsStreaming(shards)
+	// Where each shard's stream starts (its slot's position when made):
+	// every event that began after the first of them must reach Kafka.
+	first := int64(-1)
+	for _, m := range regexp.MustCompile(`"msg":"starting".*"start_lsn":([0-9]+)`).FindAllStringSubmatch(s.logText(), -1) {
+		lsn, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first < 0 || lsn < first {
+			first = lsn
+		}
+	}
+	if first < 0 {
+		t.Fatalf("no start_lsn in the streamer's log:\n%s", s.logText())
+	}
+	eventually(t, time.Minute, "the writer to commit past the start", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) > 0 && events[len(events)-1].before > first+100_000
+	})
+	stop()
+	for range 2 {
+		if err := <-holding; err != nil {
+			t.Fatalf("an open transaction: %v", err)
+		}
+	}
+	if err := <-writing; err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	want := map[string]bool{}
+	for _, w := range events {
+		if w.before >= first {
+			want[w.id] = true
+		}
+	}
+	cl := testenv.KafkaClient(t, kgo.ConsumeTopics(e.topic("payment")), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	got := map[string]bool{}
+	missing := func() (n int) {
+		for id := range want {
+			if !got[id] {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); missing() > 0 && time.Now().Before(deadline); {
+		pctx, cancel := context.WithTimeout(testenv.Context(t), time.Second)
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) { got[header(r, "id")] = true })
+		cancel()
+	}
+	if n := missing(); n > 0 {
+		t.Fatalf("%d of the %d events committed after the first shard's slot was made are not in Kafka after a minute", n, len(want))
+	}
+	t.Logf("%d events after the first slot's position, all in Kafka; %d written in all", len(want), len(events))
 	s.stop()
 }

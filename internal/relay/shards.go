@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/jackc/pglogrepl"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
 	"github.com/cdc-outbox/cdc-outbox/internal/shard"
@@ -61,33 +58,7 @@ func NewShards(ctx context.Context, cfg Config, g Group, obs Observer, log *slog
 		}
 		s.relays = append(s.relays, r)
 	}
-	s.createdApart()
 	return s, nil
-}
-
-// createdApart says when the shards' slots were created at different
-// positions, as at a first start, which creates them one after the other:
-// what committed in between is streamed only by the shards whose slot
-// existed. The stream is whole from the last one on.
-func (s *Shards) createdApart() {
-	var first, last pglogrepl.LSN
-	var created []string
-	for _, r := range s.relays {
-		if r.prepared.Slot != replication.SlotCreated {
-			continue
-		}
-		if len(created) == 0 || r.start < first {
-			first = r.start
-		}
-		last = max(last, r.start)
-		created = append(created, r.cfg.Slot)
-	}
-	if first == last {
-		return
-	}
-	s.log.Warn("created the shards' slots one after the other: the stream is whole for transactions committed from the last one's position on; "+
-		"of those committed in between, only the aggregates of the shards whose slot existed are streamed. If the outbox was written meanwhile, "+
-		"re-publish from before the first position (cdc-outbox republish)", "slots", strings.Join(created, ", "), "first_lsn", first, "last_lsn", last)
 }
 
 // Relays are the shards' relays, in the order of their index.

@@ -112,6 +112,21 @@ func Prepare(ctx context.Context, url string, s Setup, log *slog.Logger) (Prepar
 	if err := checkFilters(ctx, conn, s, found); err != nil {
 		return Prepared{}, err
 	}
+	if s.Shard.Split() && s.CreatePublication {
+		// Every shard's publication before any shard's slot: a slot copied
+		// from another shard's (copyShardSlot) streams from that one's
+		// position, and pgoutput reads a publication as of the WAL it
+		// decodes, where one created later does not exist yet.
+		for _, sh := range shard.All(s.Shard.Count) {
+			other := s
+			other.Shard, other.Publication = sh, sh.Name(s.StreamPublication)
+			if sh != s.Shard {
+				if err := preparePublication(ctx, conn, other, found, log); err != nil {
+					return Prepared{}, fmt.Errorf("shard %s: %w", sh, err)
+				}
+			}
+		}
+	}
 	return prepareSlot(ctx, conn, url, s, log)
 }
 
@@ -306,7 +321,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *
 		Scan(&plugin, &database, &confirmed, &current, &state.WALStatus, &state.InvalidationReason, &state.Conflicting, &inactiveSince, &failover)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.CreateSlot:
-		return createSlot(ctx, conn, s, major, log)
+		return createSlot(ctx, conn, url, s, major, log)
 	case errors.Is(err, pgx.ErrNoRows):
 		return Prepared{}, &Error{Err: ErrSlotMissing, Slot: s.Slot, msg: fmt.Sprintf("replication slot %q does not exist", s.Slot)}
 	case err != nil:
@@ -326,7 +341,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, log *
 		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.Slot); err != nil {
 			return Prepared{}, fmt.Errorf("drop replication slot %s, which lost its WAL (as asked): %w", s.Slot, err)
 		}
-		p, err := createSlot(ctx, conn, s, major, log)
+		p, err := createSlot(ctx, conn, url, s, major, log)
 		if err != nil {
 			return p, fmt.Errorf("dropped replication slot %s, which lost its WAL (confirmed up to %s), as asked; then: %w", s.Slot, confirmed, err)
 		}
@@ -379,7 +394,7 @@ func failoverSlot(ctx context.Context, url, slot string, log *slog.Logger) {
 // change since, so that takes Setup.RecreateSlot.
 const slotMarker = "cdc-outbox created replication slots:"
 
-func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *slog.Logger) (Prepared, error) {
+func createSlot(ctx context.Context, conn *pgx.Conn, url string, s Setup, major int, log *slog.Logger) (Prepared, error) {
 	var comment string
 	err := conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`,
 		s.Publication).Scan(&comment)
@@ -392,7 +407,20 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *sl
 			msg: fmt.Sprintf("replication slot %q existed (cdc-outbox created it; the publication's comment says %q) and is gone: "+
 				"creating it again would skip every change committed since it was dropped", s.Slot, comment)}
 	}
-	lsn, err := createSlotWatched(ctx, conn, s.Slot, s.Failover && major >= failoverMajor, log)
+	failover := s.Failover && major >= failoverMajor
+	lsn, from, err := copyShardSlot(ctx, conn, s)
+	if err != nil {
+		return Prepared{}, err
+	}
+	if from != "" {
+		log.Info("created the shard's replication slot as a copy of another shard's, at its position, so that every shard streams from the same point on",
+			"slot", s.Slot, "copy_of", from, "lsn", lsn)
+		if failover {
+			failoverSlot(ctx, url, s.Slot, log)
+		}
+	} else {
+		lsn, err = createSlotWatched(ctx, conn, s.Slot, failover, log)
+	}
 	if err != nil && ctx.Err() != nil {
 		return Prepared{}, fmt.Errorf("create replication slot %s: gave up waiting for the transactions that were running in the cluster to end "+
 			"(the log names them: end them, then start again): %w", s.Slot, err)
@@ -407,7 +435,9 @@ func createSlot(ctx context.Context, conn *pgx.Conn, s Setup, major int, log *sl
 	if remembered {
 		return Prepared{Start: start, Slot: SlotRecreated}, nil
 	}
-	log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start, "failover", s.Failover && major >= failoverMajor)
+	if from == "" {
+		log.Info("created replication slot: it streams transactions committed from now on", "slot", s.Slot, "lsn", start, "failover", failover)
+	}
 	if !strings.HasPrefix(comment, slotMarker) {
 		comment = slotMarker
 	}

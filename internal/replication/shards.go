@@ -175,3 +175,49 @@ func checkFilters(ctx context.Context, conn *pgx.Conn, s Setup, found []OutboxTa
 	}
 	return nil
 }
+
+// copyShardSlot makes a shard's missing slot as a copy of another shard's
+// slot of the stream (pg_copy_logical_replication_slot), the one whose
+// confirmed position is oldest, and returns the copy's start and the
+// source's name; "" when the stream has no other shard's slot to copy.
+//
+// Created fresh, a shard's slot streams what commits from its creation on.
+// A first start creates the K slots one after the other, each waiting for
+// the transactions running in the cluster, so a fresh later slot would
+// miss the rows its aggregates committed meanwhile, which no other shard
+// streams either (its row filter keeps them out). A copy starts at its
+// source's position instead: the row filter is the publication's, named
+// when streaming starts, so the copy streams its own shard's rows from
+// there, and every shard's slot begins where the oldest does. A copy is
+// never a failover slot (PostgreSQL does not copy that property), so
+// prepareSlot switches it when asked.
+func copyShardSlot(ctx context.Context, conn *pgx.Conn, s Setup) (start string, from string, err error) {
+	if !s.Shard.Split() {
+		return "", "", nil
+	}
+	var siblings []string
+	for _, sh := range shard.All(s.Shard.Count) {
+		if sh.Index != s.Shard.Index {
+			siblings = append(siblings, sh.Name(s.StreamSlot))
+		}
+	}
+	// An invalidated slot cannot be copied (and holds no WAL to stream):
+	// wal_status lost.
+	err = conn.QueryRow(ctx, `SELECT slot_name FROM pg_replication_slots
+		WHERE slot_name = ANY($1) AND plugin = 'pgoutput' AND database = current_database()
+		  AND confirmed_flush_lsn IS NOT NULL AND coalesce(wal_status, '') <> 'lost'
+		ORDER BY confirmed_flush_lsn, slot_name LIMIT 1`, siblings).Scan(&from)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("look up the slots of the stream's other shards: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2)`, from, s.Slot); err != nil {
+		return "", "", fmt.Errorf("copy replication slot %s to %s: %w", from, s.Slot, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, s.Slot).Scan(&start); err != nil {
+		return "", "", fmt.Errorf("read the position of replication slot %s, copied from %s: %w", s.Slot, from, err)
+	}
+	return start, from, nil
+}
