@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 )
 
@@ -32,18 +31,31 @@ func decodeJSON(payload []byte) (any, *mismatch) {
 	return v, nil
 }
 
-var plainKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// field is the JSON path of a member of the object at path.
+// field is the JSON path of a member of the object at path. It is built
+// for every member an encoder walks, mismatch or not, so it is a plain
+// loop rather than a regular expression.
 func field(path, key string) string {
-	if plainKey.MatchString(key) {
+	if plainKey(key) {
 		return path + "." + key
 	}
 	return path + "[" + strconv.Quote(key) + "]"
 }
 
+// plainKey: key is an identifier, [A-Za-z_][A-Za-z0-9_]*, written
+// $.key in a path rather than $["key"].
+func plainKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9' {
+			continue
+		}
+		return false
+	}
+	return key != ""
+}
+
 // element is the JSON path of an element of the array at path.
-func element(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+func element(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
 
 // jsonKind names the JSON type of a decoded value, for reasons.
 func jsonKind(v any) string {
