@@ -199,32 +199,11 @@ func (b *bench) drainStreamer(ctx context.Context, slot string, n int, phase str
 		profiled := b.cpuProfile(ctx, s, phase, 10*time.Second)
 		defer profiled()
 	}
-	lastLog := time.Now()
-	for {
-		if s.exited() {
-			return r, s.failure("exited during the drain")
-		}
-		if ms, err := s.scrape(ctx); err == nil {
-			got := ms.sum("cdc_outbox_events_total")
-			if got >= float64(n) {
-				r.wall = time.Since(s.started)
-				r.events = int(got)
-				break
-			}
-			if time.Since(lastLog) >= 5*time.Second {
-				progress("  streamer: %.0f of %d events acknowledged", got, n)
-				lastLog = time.Now()
-			}
-		}
-		if time.Since(s.started) > 10*time.Minute {
-			return r, s.failure("had not drained the backlog after 10 minutes")
-		}
-		select {
-		case <-ctx.Done():
-			return r, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	ms, wall, err := s.waitDrained(ctx, n, 5*time.Second)
+	if err != nil {
+		return r, err
 	}
+	r.wall, r.events = wall, int(ms.sum("cdc_outbox_events_total"))
 	u, err := readUsage(s.pid())
 	if err != nil {
 		return r, err

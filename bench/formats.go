@@ -194,26 +194,12 @@ func (b *bench) drainFormat(ctx context.Context, slot, topic string, n int, flag
 		return r, err
 	}
 	defer func() { _ = b.stopStreamer(s, 60*time.Second) }()
-	for {
-		if s.exited() {
-			return r, s.failure("exited during the drain")
-		}
-		if ms, err := s.scrape(ctx); err == nil {
-			if got := ms.sum("cdc_outbox_events_total"); got >= float64(n) {
-				r.wall, r.events = time.Since(s.started), int(got)
-				r.requests = ms.sum("cdc_outbox_schema_registry_requests_total")
-				break
-			}
-		}
-		if time.Since(s.started) > 10*time.Minute {
-			return r, s.failure("had not drained the backlog after 10 minutes")
-		}
-		select {
-		case <-ctx.Done():
-			return r, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	ms, wall, err := s.waitDrained(ctx, n, 0)
+	if err != nil {
+		return r, err
 	}
+	r.wall, r.events = wall, int(ms.sum("cdc_outbox_events_total"))
+	r.requests = ms.sum("cdc_outbox_schema_registry_requests_total")
 	u, err := readUsage(s.pid())
 	if err != nil {
 		return r, err

@@ -193,3 +193,34 @@ func (b *bench) killStreamer(s *streamer) {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 }
+
+// waitDrained polls s's metrics until Kafka acknowledged n events and
+// returns that scrape and the time since s started; it fails when s exits
+// or has not drained after ten minutes. logEvery > 0 logs the count that
+// often.
+func (s *streamer) waitDrained(ctx context.Context, n int, logEvery time.Duration) (metricSet, time.Duration, error) {
+	lastLog := time.Now()
+	for {
+		if s.exited() {
+			return nil, 0, s.failure("exited during the drain")
+		}
+		if ms, err := s.scrape(ctx); err == nil {
+			got := ms.sum("cdc_outbox_events_total")
+			if got >= float64(n) {
+				return ms, time.Since(s.started), nil
+			}
+			if logEvery > 0 && time.Since(lastLog) >= logEvery {
+				progress("  streamer: %.0f of %d events acknowledged", got, n)
+				lastLog = time.Now()
+			}
+		}
+		if time.Since(s.started) > 10*time.Minute {
+			return nil, 0, s.failure("had not drained the backlog after 10 minutes")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
