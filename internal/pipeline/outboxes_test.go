@@ -112,8 +112,8 @@ func TestOutboxesOfDifferentShapes(t *testing.T) {
 // TestBadEventPolicyPerOutbox: a tenant outbox that dead-letters and a
 // payments outbox that stops, in one stream: the tenant's bad row goes to
 // the dead-letter topic and the stream goes on; the payments outbox's bad
-// row stops it, confirming nothing past it; a relation of no outbox
-// takes the stream's policy.
+// row stops it, confirming nothing past it; and the other way round. (A
+// record the broker refuses: TestRefusedBatchWithFranzGo.)
 func TestBadEventPolicyPerOutbox(t *testing.T) {
 	cat := outboxCatalog{
 		10: {Entry: 0, OID: 10, Schema: "tenant_1", Name: "outbox", Identity: "sys/db/10"},

@@ -64,10 +64,15 @@ func refusingCluster(t *testing.T, marker string, topics ...string) *kfake.Clust
 // 4 of one aggregate share a batch (50 ms linger), event 5 follows in the
 // next transaction. The client fails the whole partition; the pipeline
 // must find event 3 by sending the refused records again one at a time,
-// and publish the others once each, in order.
+// and publish the others once each, in order. The policy that applies is
+// the outbox's own where it has one, else the stream's.
 func TestRefusedBatchWithFranzGo(t *testing.T) {
-	for _, policy := range []string{DeadLetter, Fail} {
-		t.Run(policy, func(t *testing.T) {
+	for _, tc := range []struct{ stream, outbox string }{{DeadLetter, ""}, {Fail, ""}, {Fail, DeadLetter}, {DeadLetter, Fail}} {
+		policy := tc.stream
+		if tc.outbox != "" {
+			policy = tc.outbox
+		}
+		t.Run(tc.stream+"/"+tc.outbox, func(t *testing.T) {
 			const topic = "outbox.event.payment"
 			c := refusingCluster(t, "CULPRIT", topic, "dlq")
 			ck := checkpoint.New(100)
@@ -79,7 +84,7 @@ func TestRefusedBatchWithFranzGo(t *testing.T) {
 			defer s.Close()
 			p, err := New(Config{
 				Mapping:    mapping.DefaultConfig(),
-				OnBadEvent: policy, DeadLetterTopic: "dlq",
+				OnBadEvent: tc.stream, OnBadEvents: []string{tc.outbox}, DeadLetterTopic: "dlq",
 				MaxInflightEvents: 100, MaxInflightBytes: 1 << 30, MaxRecordBytes: 1 << 20,
 			}, ck, newFakeCatalog(), s, nil, slog.New(slog.DiscardHandler))
 			if err != nil {
