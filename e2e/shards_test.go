@@ -602,3 +602,58 @@ func TestShardsFirstStartUnderWriters(t *testing.T) {
 	t.Logf("%d events after the first slot's position, all in Kafka; %d written in all", len(want), len(events))
 	s.stop()
 }
+
+// TestShardsPartitionedOutbox: 2 shards of a partitioned outbox, its
+// publications made with publish_via_partition_root by cdc-outbox, while a
+// partition is added under load (the root's row filter applies to every
+// partition, the new one too): nothing missing, order holds.
+func TestShardsPartitionedOutbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	needsRowFilters(t, e)
+	e.partitionedOutbox()
+	s := e.start("--shards", "2")
+	e.waitShardsStreaming(2)
+	for _, sh := range []string{"cdc_outbox_shard_0_of_2", "cdc_outbox_shard_1_of_2"} {
+		if !e.pubViaRoot(sh) {
+			t.Fatalf("publication %s of a partitioned outbox without publish_via_partition_root", sh)
+		}
+	}
+	ctx := testenv.Context(t)
+	wl := newWorkload(e)
+	stop := wl.steady(ctx, 5*time.Millisecond)
+	defer stop()
+	wl.progress(t, 200)
+	testenv.Exec(t, e.url, `CREATE TABLE outbox_2 PARTITION OF outbox FOR VALUES IN (2)`)
+	e.setBucket(2)
+	wl.progress(t, 200)
+	stop()
+	wl.check([]string{"payment"}, "2 shards of a partitioned outbox, a partition added under load")
+	s.stop()
+}
+
+// TestShardsQuotedNames: 2 shards of an outbox whose schema, table,
+// aggregate id column and publication need quoting (capitals, spaces):
+// the shards' publications, row filters and slots are made and streamed,
+// nothing missing, order holds.
+func TestShardsQuotedNames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	needsRowFilters(t, e)
+	const table = `"Billing"."Outbox Events"`
+	testenv.Exec(t, e.url, `CREATE SCHEMA "Billing";
+		CREATE TABLE `+table+` (LIKE public.outbox INCLUDING ALL);
+		ALTER TABLE `+table+` RENAME COLUMN aggregate_id TO "Agg Id"`)
+	s := e.start("--shards", "2", "--table", table, "--publication", "Billing Events", "--column-aggregate-id", "Agg Id")
+	e.waitShardsStreaming(2)
+	wl := newWorkload(e)
+	wl.insert = strings.Replace(strings.Replace(insertEvent, "outbox", table, 1), "aggregate_id", `"Agg Id"`, 1)
+	ctx := testenv.Context(t)
+	for w := range 2 {
+		if err := wl.write(ctx, w, 100, 5, "payment", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wl.check([]string{"payment"}, "2 shards of "+table)
+	s.stop()
+}
