@@ -99,6 +99,9 @@ func (w *world) inKafka(upTo func(*item) bool, what string) {
 		for _, e := range it.events {
 			switch {
 			case e.kind == evOther:
+			case e.foreign && h.events[e.uid]+h.dead[e.uid] > 0:
+				w.fail("published: message %d at %s (content %d) is another shard's (%s streams %s)", e.id, e.lsn, e.uid, w.shard, messageAggregate(e.uid))
+			case e.foreign:
 			case e.kind == evLone && h.dead[e.uid] == 0:
 				w.fail("lost: lone message l-%d at %s (content %d) has no dead letter in Kafka, and %s is past it", e.id, e.lsn, e.uid, what)
 			case e.kind != evLone && h.events[e.uid] == 0:

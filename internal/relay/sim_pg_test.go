@@ -21,6 +21,9 @@ type event struct {
 	id    int64 // rows: the table's bigserial; messages: the message sequence
 	uid   int   // unique across histories: in the payload
 	lsn   pglogrepl.LSN
+	// foreign: a message of another shard's aggregate (world.shard),
+	// which every slot decodes and this stream must pass over.
+	foreign bool
 }
 
 const (
@@ -116,7 +119,7 @@ func (s *server) write() {
 		s.msgID++
 		s.w.uid++
 		it.end = at + 16
-		it.events = []event{{kind: evLone, id: s.msgID, uid: s.w.uid, lsn: it.end}}
+		it.events = []event{{kind: evLone, id: s.msgID, uid: s.w.uid, lsn: it.end, foreign: s.w.foreign(s.w.uid)}}
 	default:
 		n := 1 + rng.IntN(4)
 		if r == 2 {
@@ -147,7 +150,7 @@ func (s *server) changes(it *item, at pglogrepl.LSN, n int, other bool) pglogrep
 			e.kind, e.table = evOther, 100
 		case k == 1:
 			s.msgID++
-			e.kind, e.id = evMsg, s.msgID
+			e.kind, e.id, e.foreign = evMsg, s.msgID, s.w.foreign(e.uid)
 		default:
 			e.kind, e.table = evRow, 1+rng.IntN(s.w.tables)
 			s.ids[e.table]++
@@ -403,5 +406,9 @@ func logicalMsg(transactional bool, lsn pglogrepl.LSN, content string) []byte {
 
 // envelope is an outbox message's content (contract.Message).
 func envelope(kind string, e event) string {
-	return fmt.Sprintf(`{"v":1,"id":"%s-%d","aggregate_type":"order","aggregate_id":"agg","event_type":"Created","payload":{"u": %d}}`, kind, e.id, e.uid)
+	return fmt.Sprintf(`{"v":1,"id":"%s-%d","aggregate_type":"order","aggregate_id":"%s","event_type":"Created","payload":{"u": %d}}`, kind, e.id, messageAggregate(e.uid), e.uid)
 }
+
+// messageAggregate is the aggregate id of the message of content uid: one
+// of eight, so that a split stream's shards each have some.
+func messageAggregate(uid int) string { return fmt.Sprintf("agg-%d", uid%8) }

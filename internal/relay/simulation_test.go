@@ -27,12 +27,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdc-outbox/cdc-outbox/internal/checkpoint"
 	"github.com/cdc-outbox/cdc-outbox/internal/decoder"
 	"github.com/cdc-outbox/cdc-outbox/internal/mapping"
 	"github.com/cdc-outbox/cdc-outbox/internal/pipeline"
 	"github.com/cdc-outbox/cdc-outbox/internal/replication"
+	"github.com/cdc-outbox/cdc-outbox/internal/shard"
 	"github.com/cdc-outbox/cdc-outbox/internal/sink"
 )
 
@@ -94,7 +96,35 @@ type world struct {
 	repeatsOK    map[int]bool // uids exactly-once may publish twice: a checkpoint that names no commit (Decide: neither verify nor lost)
 	restoredOnce bool
 	restoredMet  bool // a process streamed from the server since its last restore
+	// shard: in a third of the seeds the stream is one shard of four
+	// (--shards): the simulated server sends it every message, as every
+	// slot decodes them whatever the row filter, and it must pass over the
+	// other shards' (event.foreign). Its rows stand for those the row
+	// filter sends it.
+	shard shard.Shard
+	// registry: in a fifth of the seeds every outbox's values go through an
+	// encoder whose schema registry goes away and comes back
+	// (registryDown): the stream reads again from its confirmed position,
+	// never a bad event, never a position past what Kafka holds.
+	registry, registryDown bool
 }
+
+// simEncoder is a value encoder whose registry is the world's: it leaves
+// the value as it is (the checks read it) or, while the registry is away,
+// fails with FaultUnavailable, as package schema's does.
+type simEncoder struct{ w *world }
+
+func (simEncoder) Columns() []string { return nil }
+
+func (e simEncoder) Encode(*kgo.Record, pipeline.EncodeEvent) error {
+	if e.w.registryDown {
+		return &pipeline.EncodeError{Fault: pipeline.FaultUnavailable, Err: errors.New("schema registry: no answer")}
+	}
+	return nil
+}
+
+// foreign reports whether the message of content uid is another shard's.
+func (w *world) foreign(uid int) bool { return !w.shard.Keeps(messageAggregate(uid)) }
 
 // unmet: the server was restored and not every process has met it since.
 func (w *world) unmet() bool {
@@ -119,6 +149,10 @@ const (
 func simulate(seed uint64) (w *world) {
 	w = &world{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), exactly: seed%2 == 1, repeatsOK: map[int]bool{}}
 	w.tables = 1 + w.rng.IntN(3)
+	if seed%3 == 0 { // from the seed, not the generator: the other seeds' histories stay as they were
+		w.shard = shard.Shard{Index: int(seed/3) % 4, Count: 4}
+	}
+	w.registry = seed%5 == 2
 	w.srv = newServer(w)
 	w.kafka = newKafka()
 	w.kafka.w = w
@@ -126,7 +160,7 @@ func simulate(seed uint64) (w *world) {
 	if w.exactly {
 		delivery = ExactlyOnce
 	}
-	w.logf("seed %d: %s, %d outbox tables", seed, delivery, w.tables)
+	w.logf("seed %d: %s, %d outbox tables, shard %s, value encoder %v", seed, delivery, w.tables, w.shard, w.registry)
 	defer func() {
 		if r := recover(); r != nil {
 			se, ok := r.(stepError)
@@ -206,6 +240,12 @@ func (w *world) step() {
 		add(10, func() { w.kafka.setAway(false) })
 	} else {
 		add(1, func() { w.kafka.setAway(true) })
+	}
+	if w.registry {
+		add(map[bool]int{true: 6, false: 2}[w.registryDown], func() {
+			w.registryDown = !w.registryDown
+			w.logf("the schema registry is %s", map[bool]string{true: "away", false: "back"}[w.registryDown])
+		})
 	}
 	total := 0
 	for _, c := range cs {
@@ -304,6 +344,7 @@ func (w *world) dropConnections(why string) {
 func (w *world) drain() {
 	w.logf("drain")
 	w.kafka.setAway(false)
+	w.registryDown = false
 	for i := 0; ; i++ {
 		if i > 20000 {
 			w.fail("the drain did not end: slot %s, WAL to %s", w.srv.slot, w.srv.flushed)
@@ -383,8 +424,12 @@ func newProcess(w *world, name string, start pglogrepl.LSN) *process {
 		prod = p.sink
 	}
 	entries := make([]mapping.Config, w.tables)
+	var encoders []pipeline.Encoder
 	for i := range entries {
 		entries[i] = mapping.DefaultConfig()
+		if w.registry {
+			encoders = append(encoders, simEncoder{w})
+		}
 	}
 	pipe, err := pipeline.New(pipeline.Config{
 		Outboxes:          entries,
@@ -396,6 +441,8 @@ func newProcess(w *world, name string, start pglogrepl.LSN) *process {
 		MaxInflightBytes:  1 << 30,
 		MaxRecordBytes:    1 << 20,
 		Lineage:           p.lineage,
+		Shard:             w.shard,
+		Encoders:          encoders,
 	}, p.tracker, simCatalog{}, prod, nil, log)
 	if err != nil {
 		w.fail("pipeline.New: %v", err)
